@@ -1,0 +1,71 @@
+# glm5-deploy. The two commands that matter: `make deploy` (the main job) and `make test` (the test command).
+# Everything a fresh machine lacks is installed here: apt packages, the control-node venv, the lab image.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export GLM5_CACHE ?= $(HOME)/.cache/glm5-deploy
+export CONTAINERS_CONF := $(CURDIR)/lab/podman/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_FORCE_COLOR ?= 0
+
+APT_PACKAGES := podman runc debootstrap python3-venv
+PLAYBOOK := $(BIN)/ansible-playbook
+
+.PHONY: help deps venv image lab-up lab-down deploy test lint unit integration molecule clean clean-cache
+
+help: ## Show the targets.
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+deps: ## Install the apt packages the lab needs (podman, runc, debootstrap), when missing.
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed ## Install the pinned control-node toolchain into .venv.
+
+$(VENV)/.installed: requirements/control.txt requirements/control.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements/control.txt -c requirements/control.lock
+	touch $@
+
+image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
+	lab/bin/build-image
+
+lab-up: deps venv image ## Bring the lab fleet up (idempotent).
+	$(PLAYBOOK) lab/playbooks/lab.yml
+
+lab-down: venv ## Remove the lab's containers, network and volumes (and nothing else).
+	$(PLAYBOOK) lab/playbooks/lab-down.yml
+
+deploy: lab-up ## The main job: ansible-playbook site.yml against the lab.
+	$(PLAYBOOK) site.yml
+
+test: lint unit integration molecule ## The test command: lint, unit, integration (lab) and molecule.
+
+lint: venv ## ansible-lint (production profile), yamllint, ruff.
+	$(BIN)/yamllint --strict .
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/ansible-lint
+
+unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
+	$(BIN)/python -m pytest tests/unit -q
+
+integration: lab-up ## pytest: playbooks driven through ansible-runner against the lab.
+	$(BIN)/python -m pytest tests/integration -q
+
+molecule: venv image ## molecule test for every scenario in molecule/.
+	GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test --all
+
+clean: lab-down ## Take the lab down and remove the venv.
+	rm -rf $(VENV)
+
+clean-cache: ## Remove the cached artifacts (image tarballs, wheelhouse) under ~/.cache/glm5-deploy.
+	rm -rf $(GLM5_CACHE)

@@ -1,0 +1,105 @@
+"""Drive playbooks against the lab through ansible-runner and expose stats and events to the tests.
+
+These tests need the lab up (`make lab-up`; `make integration` does it first).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+
+
+@dataclass
+class Run:
+    """The outcome of one ansible-runner run: its status, per-host stats and every event."""
+
+    rc: int
+    status: str
+    stats: dict[str, dict[str, int]]
+    events: list[dict[str, Any]]
+
+    def count(self, kind: str, host: str) -> int:
+        """Per-host stat ('changed', 'failures', 'ok', ...) from the play recap."""
+        return self.stats.get(kind, {}).get(host, 0)
+
+    def results(self, task: str, event: str = "runner_on_ok") -> dict[str, dict[str, Any]]:
+        """Per-host module results of the task with this name."""
+        return {
+            e["event_data"]["host"]: e["event_data"]["res"]
+            for e in self.events
+            if e.get("event") == event and e["event_data"].get("task") == task
+        }
+
+
+@pytest.fixture(scope="session")
+def lab_up() -> None:
+    """Skip nothing: fail loudly when the lab is not up, so a broken setup is never a green run."""
+    out = subprocess.run(
+        ["podman", "ps", "--filter", "label=io.glm5-deploy.lab", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    missing = [h for h in (*LAB_NODES, "lab-gateway") if f"glm5-lab-{h}" not in out]
+    assert not missing, f"lab hosts not running: {missing}; run `make lab-up`"
+
+
+@pytest.fixture
+def run_playbook(tmp_path: Path, lab_up: None) -> Iterator[Callable[..., Run]]:
+    """Run a playbook of this repository against the lab inventory and collect its stats and events."""
+
+    def _run(playbook: str, extravars: dict[str, Any] | None = None, cmdline: str = "") -> Run:
+        private = tmp_path / f"runner-{len(list(tmp_path.iterdir()))}"
+        private.mkdir()
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(ROOT),
+            playbook=str(ROOT / playbook),
+            inventory=str(ROOT / "inventory" / "lab"),
+            extravars=extravars or {},
+            cmdline=cmdline or None,
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+            quiet=True,
+        )
+        run = Run(runner.rc, runner.status, runner.stats or {}, list(runner.events))
+        shutil.rmtree(private / "artifacts", ignore_errors=True)
+        return run
+
+    yield _run
+
+
+@pytest.fixture
+def adhoc(tmp_path: Path, lab_up: None) -> Callable[..., dict[str, dict[str, Any]]]:
+    """Run one ad-hoc module on lab hosts (test setup and probes); returns each host's result."""
+
+    def _adhoc(pattern: str, module: str, args: str) -> dict[str, dict[str, Any]]:
+        private = tmp_path / f"adhoc-{len(list(tmp_path.iterdir()))}"
+        private.mkdir()
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(ROOT),
+            host_pattern=pattern,
+            module=module,
+            module_args=args,
+            inventory=str(ROOT / "inventory" / "lab"),
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            quiet=True,
+        )
+        assert runner.status == "successful", runner.stats
+        return {
+            e["event_data"]["host"]: e["event_data"]["res"]
+            for e in runner.events
+            if e.get("event") == "runner_on_ok"
+        }
+
+    return _adhoc

@@ -1,0 +1,62 @@
+"""site.yml against the lab fleet: converge, idempotence, check mode and preflight refusals."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import LAB_NODES
+
+FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
+GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
+
+
+def test_site_converges_then_changes_nothing(run_playbook, adhoc) -> None:
+    # Start gpu-node-1 from a state that needs work, so the first run must change it.
+    adhoc("gpu-node-1", "ansible.builtin.file", f"path={FACT_FILE} state=absent")
+
+    first = run_playbook("site.yml")
+    assert first.status == "successful", first.stats
+    assert first.count("changed", "gpu-node-1") >= 1
+    facts = first.results("Gather GPU facts with nvidia-smi")
+    assert set(facts) == set(LAB_NODES)
+    for host in LAB_NODES:
+        gpu = facts[host]["ansible_facts"]["nvidia_gpu"]
+        assert (gpu["arch"], gpu["count"]) == ("sm120", 8), host
+        assert first.count("failures", host) == 0
+
+    second = run_playbook("site.yml")
+    assert second.status == "successful"
+    assert {h: second.count("changed", h) for h in LAB_NODES} == dict.fromkeys(LAB_NODES, 0)
+
+
+def test_check_mode_reports_no_change_on_a_converged_fleet(run_playbook) -> None:
+    assert run_playbook("site.yml").status == "successful"
+    checked = run_playbook("site.yml", cmdline="--check")
+    assert checked.status == "successful"
+    assert sum(checked.stats.get("changed", {}).values()) == 0
+
+
+def test_preflight_refuses_too_few_gpus_before_any_change(run_playbook, adhoc) -> None:
+    adhoc("gpu-node-2", "ansible.builtin.file", f"path={FACT_FILE} state=absent")
+
+    refused = run_playbook("site.yml", extravars={"preflight_tp_size": 16})
+    assert refused.status == "failed"
+    failed = refused.results(GPU_COUNT_CHECK, "runner_on_failed")
+    assert set(failed) == set(LAB_NODES)
+    assert "preflight_tp_size" in failed["gpu-node-2"]["msg"]
+    assert "8 GPU(s)" in failed["gpu-node-2"]["msg"]
+    assert sum(refused.stats.get("changed", {}).values()) == 0
+    # The refused run wrote nothing: the removed fact file is still absent.
+    probe = adhoc("gpu-node-2", "ansible.builtin.stat", f"path={FACT_FILE}")
+    assert probe["gpu-node-2"]["stat"]["exists"] is False
+
+
+def test_fleet_summary_names_every_node(run_playbook) -> None:
+    run = run_playbook("site.yml")
+    summary = run.results("Summarize the fleet")
+    lines = next(iter(summary.values()))["msg"]
+    assert lines[0].split() == ["host", "gpus", "arch", "driver", "release", "profile", "validated"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(LAB_NODES)
+    assert all("sm120" in row and "RTX PRO 6000" in row for row in rows.values())
+    json.dumps(summary)  # the summary is plain data a report can store
