@@ -1,0 +1,470 @@
+#!/usr/bin/python
+"""Ansible module: ask a running SGLang server real questions and judge the answers."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_inference_check
+short_description: Ask an SGLang server real questions and fail on NaN, degenerate or wrong answers
+description:
+  - Sends chat-completion probes to an SGLang server and judges what the model actually answers.
+    A green C(/health) proves nothing. A NaN-poisoned model keeps C(/health) at 200 while it answers
+    C(!!!!) (token 0 repeated) with C(finish_reason=length) (sglang#36716).
+  - A probe fails on an HTTP status other than 200; a body that is not a chat completion; a
+    C(finish_reason) other than the required one; null or empty content, including answers that stayed in
+    C(reasoning_content); degenerate output in content or reasoning; a null, NaN or Inf logprob; an
+    C(expect) or C(expect_python) that is not met; an error body carrying a NaN or assert signature.
+  - Any failed probe fails the task, with a message naming the probe and the symptom. The per-probe results
+    are returned either way.
+  - Only a refused connection or an HTTP 503 is retried. A bad answer is never retried.
+  - Read-only. It runs in check mode too.
+  - The judging logic lives in the C(inference_judge) module_utils, where the thresholds are documented.
+author:
+  - glm5-deploy
+options:
+  url:
+    description:
+      - Base URL of the server, without a path, for example C(http://127.0.0.1:30000).
+    type: str
+    required: true
+  api_key:
+    description:
+      - Sent as a Bearer token in the C(Authorization) header. Needed when sglang runs with C(--api-key).
+    type: str
+  model:
+    description:
+      - Model name for the requests.
+      - Defaults to the first id listed by C(GET /v1/models).
+    type: str
+  probes:
+    description:
+      - The questions to ask. Names must be unique.
+      - Defaults to the seeds' two probes. C(2+2) asks "What is 2+2? Answer briefly." and expects content
+        whose only number is 4. C(prime) asks "Write a Python function that checks if a number is prime.
+        Include docstring and type hints." with I(expect_python=true).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Name of the probe, used in messages and results.
+        type: str
+        required: true
+      prompt:
+        description:
+          - The user message. Mutually exclusive with I(messages). One of the two is required.
+        type: str
+      messages:
+        description:
+          - A whole chat, as a list of C({role, content}) dicts. Mutually exclusive with I(prompt).
+        type: list
+        elements: dict
+      max_tokens:
+        description:
+          - Token cap for the answer. GLM-5 thinks first, so it must leave room for the reasoning. A cap
+            inside the thinking gives empty content and C(finish_reason=length), which fails.
+        type: int
+        default: 4096
+      expect:
+        description:
+          - A regular expression that the final content must match (C(re.search); anchor it yourself).
+        type: str
+      expect_python:
+        description:
+          - The content must hold a C(```python) code block that parses and defines a function with type hints
+            on its arguments and return value and a docstring. The code is parsed, never run.
+        type: bool
+        default: false
+      finish_reason:
+        description: The C(finish_reason) the answer must have.
+        type: str
+        default: stop
+        choices: [stop, length, tool_calls, content_filter, function_call, abort]
+      temperature:
+        description: Sampling temperature. 0 is greedy and repeatable.
+        type: float
+        default: 0.0
+      extra_body:
+        description:
+          - "A dict merged into the request body, for example
+            C({chat_template_kwargs: {enable_thinking: false}})."
+          - It may not set C(model), C(messages), C(max_tokens), C(temperature), C(logprobs), C(stream)
+            or C(n).
+        type: dict
+  timeout:
+    description: Seconds to wait for each request.
+    type: int
+    default: 300
+  retries:
+    description:
+      - How many more times to try a request that met a refused connection or an HTTP 503.
+    type: int
+    default: 3
+  retry_delay:
+    description: Seconds between those tries.
+    type: int
+    default: 5
+  logprobs:
+    description:
+      - Request logprobs and fail on any null, NaN or Inf logprob (sglang sends NaN as null).
+      - With C(true), an answer that carries no logprobs fails too.
+    type: bool
+    default: true
+  journal_unit:
+    description:
+      - A systemd unit to scan, with C(journalctl), since its last start (its current invocation) for
+        NaN and crash signatures (C(probability tensor contains either), C(NaN detected),
+        C(device-side assert), C(CUDA error), sglang processes that C(hit an exception), Python tracebacks,
+        C(SIGQUIT received)). Any finding fails the task.
+      - Reading another unit's journal needs root or the C(systemd-journal) group, so use C(become).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; it asks the same questions in check mode.
+notes:
+  - "Degenerate output: a run of 8 or more identical non-whitespace characters (C(!!!!!!!!)) fails.
+    Rule and digit characters (C(- = _ * # ~ . ` + | / \\ < >), digits) fail only when the run is at least
+    half the text, so a docstring's C(----------) passes. A unit of 2 to 16 characters repeated at least 8
+    times back to back fails when it is at least half the text, or anywhere when it repeats 32 times.
+    Whitespace never counts."
+  - Runs on the target host with the standard library only (C(ansible.module_utils.urls)).
+"""
+
+EXAMPLES = r"""
+- name: Check that the model answers the default probes correctly.
+  sglang_inference_check:
+    url: "http://127.0.0.1:30000"
+    api_key: "{{ sglang_api_key }}"
+    journal_unit: sglang.service
+  become: true
+
+- name: Check a server whose thinking is switched off, with a probe of our own.
+  sglang_inference_check:
+    url: "http://{{ inventory_hostname }}:30000"
+    model: default
+    logprobs: false
+    probes:
+      - name: hello
+        prompt: Say hello.
+        max_tokens: 64
+        expect: "(?i)hello"
+        extra_body:
+          chat_template_kwargs:
+            enable_thinking: false
+  register: inference
+"""
+
+RETURN = r"""
+passed:
+  description: Whether every probe and the journal scan passed.
+  returned: always
+  type: bool
+  sample: false
+url:
+  description: The base URL that was checked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000
+model:
+  description: The model name the requests used.
+  returned: when the model is known
+  type: str
+  sample: /srv/models/GLM-5-NVFP4
+probes:
+  description: One result per probe, in order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The probe's name.
+      type: str
+      sample: "2+2"
+    passed:
+      description: Whether the answer passed.
+      type: bool
+      sample: false
+    failures:
+      description: What was wrong, in plain words. Empty when the probe passed.
+      type: list
+      elements: str
+      sample:
+        - "degenerate output '!!!!!!!!!!!!!!!!' ('!' repeated 16 times) in reasoning_content,
+          the silent-NaN symptom"
+        - "finish_reason 'length' (wanted 'stop'): the answer hit max_tokens=4096"
+    finish_reason:
+      description: The answer's finish_reason, or null.
+      type: str
+      sample: stop
+    matched_stop:
+      description: The stop token id or string that ended the answer, or null.
+      type: raw
+      sample: 151336
+    content:
+      description: The final content (at most 2000 characters), or null.
+      type: str
+      sample: "4"
+    reasoning_content:
+      description: The reasoning, cut to 400 characters (head and tail), or null.
+      type: str
+      sample: "2+2 is 4."
+    completion_tokens:
+      description: Tokens generated, from the answer's usage, or null.
+      type: int
+      sample: 10
+    latency_s:
+      description: Seconds the last attempt took.
+      type: float
+      sample: 0.908
+    attempts:
+      description: How many times the request was sent (more than 1 only after refused connections or 503).
+      type: int
+      sample: 1
+journal:
+  description: The journal scan, when I(journal_unit) is set.
+  returned: when journal_unit is set
+  type: dict
+  contains:
+    unit:
+      description: The unit scanned.
+      type: str
+    scope:
+      description: Which part of the journal was read (the invocation id, or the start time).
+      type: str
+    lines:
+      description: Lines read.
+      type: int
+    restarts:
+      description: The unit's NRestarts, when systemd reports it.
+      type: int
+    findings:
+      description: Matching lines, as C(line N, meaning, excerpt).
+      type: list
+      elements: str
+    error:
+      description: Why the journal could not be read, or null.
+      type: str
+    passed:
+      description: Whether the journal was read and had no findings.
+      type: bool
+changed:
+  description: Always false; the check only reads.
+  returned: always
+  type: bool
+  sample: false
+"""
+
+import json
+import time
+import urllib.error
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.inference_judge import (
+    DEFAULT_FINISH_REASON,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_DELAY,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TIMEOUT,
+    FINISH_REASONS,
+    MAX_BODY_BYTES,
+    ProbeError,
+    build_request,
+    check_unit_name,
+    describe_exception,
+    failure_message,
+    first_model_id,
+    is_retryable_status,
+    journal_command,
+    journal_read_problem,
+    judge_response,
+    judge_transport_error,
+    normalize_probes,
+    parse_systemctl_show,
+    scan_journal,
+)
+from ansible.module_utils.urls import open_url
+
+PROBE_OPTIONS: dict[str, Any] = {
+    "name": {"type": "str", "required": True},
+    "prompt": {"type": "str"},
+    "messages": {"type": "list", "elements": "dict"},
+    "max_tokens": {"type": "int", "default": DEFAULT_MAX_TOKENS},
+    "expect": {"type": "str"},
+    "expect_python": {"type": "bool", "default": False},
+    "finish_reason": {"type": "str", "default": DEFAULT_FINISH_REASON, "choices": list(FINISH_REASONS)},
+    "temperature": {"type": "float", "default": DEFAULT_TEMPERATURE},
+    "extra_body": {"type": "dict"},
+}
+
+ARGUMENT_SPEC: dict[str, Any] = {
+    "url": {"type": "str", "required": True},
+    "api_key": {"type": "str", "no_log": True},
+    "model": {"type": "str"},
+    "probes": {
+        "type": "list",
+        "elements": "dict",
+        "options": PROBE_OPTIONS,
+        "mutually_exclusive": [["prompt", "messages"]],
+        "required_one_of": [["prompt", "messages"]],
+    },
+    "timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+    "retries": {"type": "int", "default": DEFAULT_RETRIES},
+    "retry_delay": {"type": "int", "default": DEFAULT_RETRY_DELAY},
+    "logprobs": {"type": "bool", "default": True},
+    "journal_unit": {"type": "str"},
+}
+
+
+class Exchange:
+    """The outcome of one request, after retries: a status and body, or a transport error."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.body: bytes = b""
+        self.error: str | None = None
+        self.retryable = False
+        self.attempts = 0
+        self.latency_s = 0.0
+
+
+def _send_once(method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: int) -> Exchange:
+    result = Exchange()
+    try:
+        response = open_url(
+            url, data=data, headers=headers, method=method, timeout=timeout, follow_redirects="none"
+        )
+        try:
+            result.status = int(response.getcode())
+            result.body = response.read(MAX_BODY_BYTES + 1)
+        finally:
+            response.close()
+    except urllib.error.HTTPError as exc:
+        result.status = int(exc.code)
+        result.retryable = is_retryable_status(result.status)
+        try:
+            result.body = exc.read(MAX_BODY_BYTES + 1) or b""
+        except Exception:  # an error body that cannot be read is judged as empty
+            result.body = b""
+    except Exception as exc:  # every transport problem becomes a reason, never a traceback
+        result.error, result.retryable = describe_exception(exc)
+    return result
+
+
+def send(
+    method: str, url: str, payload: dict[str, Any] | None, headers: dict[str, str], params: dict[str, Any]
+) -> Exchange:
+    """Send a request, retrying only on a refused connection or a 503, at most ``retries`` more times."""
+    data = json.dumps(payload).encode("utf-8") if payload is not None else None
+    attempts = 0
+    while True:
+        attempts += 1
+        started = time.monotonic()
+        result = _send_once(method, url, data, headers, params["timeout"])
+        result.latency_s = round(time.monotonic() - started, 3)
+        result.attempts = attempts
+        if not result.retryable or attempts > max(params["retries"], 0):
+            return result
+        time.sleep(max(params["retry_delay"], 0))
+
+
+def _gave_up(result: Exchange) -> str:
+    return f"gave up after {result.attempts} attempts" if result.attempts > 1 else ""
+
+
+def scan_unit(module: AnsibleModule, unit: str) -> dict[str, Any]:
+    """Read the unit's journal since its last start and look for NaN and crash signatures."""
+    journal: dict[str, Any] = {"unit": unit, "scope": None, "lines": 0, "restarts": None, "findings": []}
+    journal["error"] = check_unit_name(unit)
+    systemctl = module.get_bin_path("systemctl")
+    journalctl = module.get_bin_path("journalctl")
+    if journal["error"] is None and (systemctl is None or journalctl is None):
+        journal["error"] = "systemctl or journalctl is not installed on the host"
+    if journal["error"] is None:
+        properties = ["InvocationID", "InactiveExitTimestamp", "ActiveEnterTimestamp", "NRestarts"]
+        command = [systemctl, "show", *(f"--property={name}" for name in properties), "--", unit]
+        rc, out, err = module.run_command(command)
+        props = parse_systemctl_show(out)
+        restarts = props.get("NRestarts", "")
+        journal["restarts"] = int(restarts) if restarts.isdigit() else None
+        args, journal["scope"] = journal_command(unit, props)
+        if rc != 0:
+            journal["error"] = f"systemctl show {unit} failed (rc={rc}): {err.strip()[:200]}"
+        elif args is None:
+            journal["error"] = f"{unit}: {journal['scope']}"
+        else:
+            rc, out, err = module.run_command([journalctl, *args[1:]])
+            journal["error"] = journal_read_problem(rc, err)
+            journal["lines"] = len(out.splitlines())
+            journal["findings"] = scan_journal(out)
+    journal["passed"] = journal["error"] is None and not journal["findings"]
+    return journal
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    url = params["url"].strip().rstrip("/")
+    result: dict[str, Any] = {"changed": False, "passed": False, "url": url, "probes": []}
+
+    try:
+        probes = normalize_probes(params["probes"])
+    except ProbeError as exc:
+        module.fail_json(msg=str(exc), **result)
+    if not url.startswith(("http://", "https://")):
+        module.fail_json(msg=f"url {url!r} must start with http:// or https://", **result)
+
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if params["api_key"]:
+        headers["Authorization"] = f"Bearer {params['api_key']}"
+
+    model = params["model"]
+    if not model:
+        listing = send("GET", f"{url}/v1/models", None, headers, params)
+        if listing.error is not None:
+            reason = ", ".join(item for item in (listing.error, _gave_up(listing)) if item)
+            module.fail_json(msg=f"cannot list the models at {url}/v1/models: {reason}", **result)
+        model, problem = first_model_id(listing.status, listing.body)
+        if problem is not None:
+            module.fail_json(msg=f"{url}: {problem}", **result)
+    result["model"] = model
+
+    for probe in probes:
+        answer = send(
+            "POST",
+            f"{url}/v1/chat/completions",
+            build_request(probe, model, params["logprobs"]),
+            headers,
+            params,
+        )
+        if answer.error is not None:
+            verdict = judge_transport_error(answer.error)
+        else:
+            verdict = judge_response(answer.status, answer.body, probe, logprobs_requested=params["logprobs"])
+        if not verdict.passed and answer.retryable and _gave_up(answer):
+            verdict.failures.append(_gave_up(answer))
+        result["probes"].append(
+            {
+                "name": probe.name,
+                **verdict.to_dict(),
+                "latency_s": answer.latency_s,
+                "attempts": answer.attempts,
+            }
+        )
+
+    journal_failures: list[str] = []
+    if params["journal_unit"]:
+        journal = scan_unit(module, params["journal_unit"])
+        result["journal"] = journal
+        journal_failures = [journal["error"]] if journal["error"] else list(journal["findings"])
+
+    result["passed"] = all(item["passed"] for item in result["probes"]) and not journal_failures
+    if not result["passed"]:
+        module.fail_json(msg=failure_message(url, model, result["probes"], journal_failures), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

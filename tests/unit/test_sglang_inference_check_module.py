@@ -1,0 +1,487 @@
+"""The sglang_inference_check module against a real HTTP server on 127.0.0.1 serving real sglang answers.
+
+The module's main() runs in this process; the server runs in a thread and counts the requests it gets.
+Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from ansible.module_utils.testing import patch_module_args
+from sglang_captures import load, server_log
+
+MODULE_PATH = Path(__file__).resolve().parents[2] / "python_plugins" / "modules" / "sglang_inference_check.py"
+CHAT = "/v1/chat/completions"
+MODELS = "/v1/models"
+API_KEY = "sk-test-0123456789abcdef"
+
+
+def _load_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sglang_inference_check", MODULE_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MODULE = _load_module()
+
+
+@dataclass
+class Reply:
+    """One canned answer: a status and body, a pause first, or a dropped connection (no answer at all)."""
+
+    status: int = 200
+    body: bytes = b""
+    delay: float = 0.0
+    drop: bool = False
+
+    @classmethod
+    def capture(cls, name: str) -> Reply:
+        capture = load(name)
+        assert capture.status is not None
+        return cls(capture.status, capture.body)
+
+
+@dataclass
+class FakeSglang:
+    """Scripted replies per (method, path); the last reply of a script repeats. Records every request."""
+
+    url: str = ""
+    scripts: dict[tuple[str, str], list[Reply]] = field(default_factory=dict)
+    requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, method: str, path: str, *replies: Reply) -> None:
+        self.scripts[(method, path)] = list(replies)
+
+    def next_reply(self, method: str, path: str, headers: dict[str, str], body: Any) -> Reply:
+        with self.lock:
+            self.requests.append((method, path, headers, body))
+            script = self.scripts.get((method, path))
+            if not script:
+                return Reply(404, b'{"detail":"Not Found"}')
+            return script.pop(0) if len(script) > 1 else script[0]
+
+    def count(self, method: str, path: str) -> int:
+        return sum(1 for request in self.requests if request[:2] == (method, path))
+
+    def bodies(self, path: str) -> list[Any]:
+        return [request[3] for request in self.requests if request[1] == path]
+
+
+def _handler(fake: FakeSglang) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            reply = fake.next_reply(method, self.path, dict(self.headers.items()), body)
+            time.sleep(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                return
+            try:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (the timeout test)
+                self.close_connection = True
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeSglang]:
+    fake = FakeSglang()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    httpd.daemon_threads = True
+    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    fake.script("GET", MODELS, Reply.capture("healthy_v1_models"))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """Run the module's main() with these args; return its JSON output plus 'rc'."""
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        MODULE.main()
+    output = json.loads(capsys.readouterr().out)
+    output["rc"] = exited.value.code
+    return output
+
+
+def two_plus_two(**extra: Any) -> list[dict[str, Any]]:
+    return [{"name": "2+2", "prompt": "What is 2+2? Answer briefly.", "expect": r"^\s*4\.?\s*$", **extra}]
+
+
+def prime_with_logprobs() -> Reply:
+    """The real prime answer, carrying the real 2+2 answer's (finite) logprobs, as a logprobs request gets."""
+    body = json.loads(load("healthy_chat_prime_greedy").body)
+    logprobs = json.loads(load("healthy_chat_2plus2_logprobs").body)["choices"][0]["logprobs"]
+    body["choices"][0]["logprobs"] = logprobs
+    return Reply(200, json.dumps(body).encode())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- Healthy answers
+
+
+def test_default_probes_pass_on_the_healthy_model(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(
+        "POST",
+        CHAT,
+        Reply.capture("healthy_chat_2plus2_logprobs"),
+        prime_with_logprobs(),
+    )
+    result = run({"url": server.url + "/", "api_key": API_KEY, "retry_delay": 0}, capsys)
+
+    assert result["rc"] == 0, result
+    assert (result["passed"], result["changed"], result["model"]) == (
+        True,
+        False,
+        "/srv/models/tiny-chat-gpt2",
+    )
+    assert [(probe["name"], probe["passed"], probe["attempts"]) for probe in result["probes"]] == [
+        ("2+2", True, 1),
+        ("prime", True, 1),
+    ]
+    first = result["probes"][0]
+    assert (first["content"], first["finish_reason"], first["matched_stop"]) == ("4", "stop", 484)
+    assert (first["reasoning_content"], first["completion_tokens"], first["failures"]) == (
+        "2+2 is 4.",
+        10,
+        [],
+    )
+    assert isinstance(first["latency_s"], float)
+
+    requests = server.bodies(CHAT)
+    assert [body["messages"][0]["content"] for body in requests] == [
+        "What is 2+2? Answer briefly.",
+        "Write a Python function that checks if a number is prime. Include docstring and type hints.",
+    ]
+    assert all(body["model"] == "/srv/models/tiny-chat-gpt2" for body in requests)
+    assert all(body["logprobs"] is True and body["temperature"] == 0 for body in requests)
+    assert all(request[2]["Authorization"] == f"Bearer {API_KEY}" for request in server.requests)
+    assert API_KEY not in json.dumps(result)
+
+
+def test_check_mode_asks_too(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "logprobs": False}
+    result = run({**args, "_ansible_check_mode": True}, capsys)
+    assert result["rc"] == 0 and result["passed"] and not result["changed"]
+    assert server.count("POST", CHAT) == 1
+    assert server.count("GET", MODELS) == 0
+
+
+def test_probe_with_thinking_switched_off(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("POST", CHAT, Reply.capture("healthy_chat_hello_enable_thinking_false"))
+    probe = {
+        "name": "hello",
+        "prompt": "Say hello.",
+        "max_tokens": 64,
+        "expect": "(?i)hello",
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+    }
+    result = run({"url": server.url, "model": "default", "probes": [probe], "logprobs": False}, capsys)
+    assert result["rc"] == 0 and result["passed"]
+    body = server.bodies(CHAT)[0]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] == 64 and "logprobs" not in body
+
+
+# --- Bad answers are reported, never retried
+
+
+def test_nan_model_fails_naming_bangs_and_null_logprobs(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("POST", CHAT, Reply.capture("nan_lnf__chat_greedy_logprobs"))
+    result = run({"url": server.url, "probes": two_plus_two(), "retries": 5, "retry_delay": 0}, capsys)
+
+    assert result["rc"] == 1 and result["failed"] and not result["passed"]
+    assert server.count("POST", CHAT) == 1
+    message = result["msg"]
+    assert message.startswith(
+        f"sglang inference check failed at {server.url} (model '/srv/models/tiny-chat-gpt2')"
+    )
+    assert (
+        "probe '2+2': degenerate output '!!!!!!!!!!!!!!!!' ('!' repeated 16 times) in reasoning_content"
+        in message
+    )
+    assert "32 of 32 logprobs are null" in message
+    assert "finish_reason 'length' (wanted 'stop')" in message
+    probe = result["probes"][0]
+    assert (probe["passed"], probe["attempts"], probe["content"], probe["finish_reason"]) == (
+        False,
+        1,
+        "",
+        "length",
+    )
+
+
+def test_reasoning_cut_by_max_tokens_fails(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_length_in_reasoning"))
+    result = run({"url": server.url, "probes": two_plus_two(max_tokens=4), "logprobs": False}, capsys)
+    assert result["rc"] == 1
+    assert "finish_reason 'length' (wanted 'stop'): the answer hit max_tokens=4" in result["msg"]
+    assert "content is empty and the answer stayed in reasoning_content" in result["msg"]
+    assert server.bodies(CHAT)[0]["max_tokens"] == 4
+
+
+def test_one_bad_probe_fails_the_task_and_both_are_reported(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(
+        "POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"), Reply.capture("healthy_chat_prime_length")
+    )
+    result = run({"url": server.url, "model": "default", "logprobs": False}, capsys)
+    assert result["rc"] == 1
+    assert [probe["passed"] for probe in result["probes"]] == [True, False]
+    assert "1 of 2 probes failed: probe 'prime': finish_reason 'length'" in result["msg"]
+    assert "2+2" not in result["msg"].split("probes failed")[1]
+
+
+def test_error_with_nan_signature_is_not_retried(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    error = {
+        "object": "error",
+        "message": "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+        "code": 500,
+    }
+    server.script("POST", CHAT, Reply(500, json.dumps(error).encode()))
+    result = run({"url": server.url, "model": "default", "probes": two_plus_two(), "retry_delay": 0}, capsys)
+    assert result["rc"] == 1
+    assert server.count("POST", CHAT) == 1
+    assert "HTTP 500 (wanted 200)" in result["msg"]
+    assert "the error carries a crash signature: NaN/Inf in the sampling probabilities" in result["msg"]
+
+
+def test_crashing_server_that_drops_the_connection_is_not_retried(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("POST", CHAT, Reply(drop=True))
+    result = run({"url": server.url, "model": "default", "probes": two_plus_two(), "retry_delay": 0}, capsys)
+    assert result["rc"] == 1
+    assert server.count("POST", CHAT) == 1
+    assert "closed the connection without an answer" in result["msg"]
+
+
+def test_timeout_is_not_retried(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"), Reply(delay=0))
+    server.scripts[("POST", CHAT)][0].delay = 2.0
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "timeout": 1, "retry_delay": 0}
+    result = run(args, capsys)
+    assert result["rc"] == 1
+    assert server.count("POST", CHAT) == 1
+    assert "no answer before the timeout" in result["msg"]
+
+
+# --- Retries: only a refused connection or a 503
+
+
+def test_503_then_200_is_retried_and_passes(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("GET", MODELS, Reply(503), Reply.capture("healthy_v1_models"))
+    server.script("POST", CHAT, Reply(503), Reply(503), Reply.capture("healthy_chat_2plus2_greedy"))
+    result = run({"url": server.url, "probes": two_plus_two(), "retry_delay": 0, "logprobs": False}, capsys)
+    assert result["rc"] == 0, result.get("msg")
+    assert server.count("GET", MODELS) == 2
+    assert server.count("POST", CHAT) == 3
+    assert result["probes"][0]["attempts"] == 3
+
+
+def test_503_beyond_the_retries_fails(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("POST", CHAT, Reply(503))
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "retries": 2, "retry_delay": 0}
+    result = run(args, capsys)
+    assert result["rc"] == 1
+    assert server.count("POST", CHAT) == 3
+    assert "probe '2+2': HTTP 503 (wanted 200); gave up after 3 attempts" in result["msg"]
+
+
+def test_refused_connection_is_retried_then_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    args = {"url": url, "model": "default", "probes": two_plus_two(), "retries": 2, "retry_delay": 0}
+    result = run(args, capsys)
+    assert result["rc"] == 1
+    assert result["probes"][0]["attempts"] == 3
+    assert "probe '2+2': connection refused; gave up after 3 attempts" in result["msg"]
+
+
+def test_refused_connection_while_listing_models(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run({"url": url, "retries": 1, "retry_delay": 0}, capsys)
+    assert result["rc"] == 1
+    assert (
+        result["msg"]
+        == f"cannot list the models at {url}/v1/models: connection refused, gave up after 2 attempts"
+    )
+
+
+def test_models_listing_without_models(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
+    server.script("GET", MODELS, Reply(200, b'{"object": "list", "data": []}'))
+    result = run({"url": server.url}, capsys)
+    assert result["rc"] == 1
+    assert "did not list any model; set the 'model' option" in result["msg"]
+    assert server.count("POST", CHAT) == 0
+
+
+# --- Arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"url": "127.0.0.1:30000"}, "must start with http:// or https://"),
+        ({"url": "http://127.0.0.1:1", "probes": []}, "'probes' is empty"),
+        (
+            {"url": "http://127.0.0.1:1", "probes": [{"name": "p", "prompt": "x", "expect": "("}]},
+            "not a valid",
+        ),
+        ({"url": "http://127.0.0.1:1", "probes": [{"name": "p"}]}, "one of the following is required"),
+    ],
+)
+def test_bad_arguments_fail_before_any_request(
+    args: dict[str, Any], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(args, capsys)
+    assert result["rc"] == 1
+    assert words in result["msg"]
+
+
+def test_documented_defaults_match_the_argument_spec() -> None:
+    options = yaml.safe_load(MODULE.DOCUMENTATION)["options"]
+    for name, spec in MODULE.ARGUMENT_SPEC.items():
+        assert options[name]["type"] == spec["type"], name
+        assert options[name].get("default") == spec.get("default"), name
+        assert options[name].get("no_log", False) is False
+    for name, spec in MODULE.PROBE_OPTIONS.items():
+        documented = options["probes"]["suboptions"][name]
+        assert documented["type"] == spec["type"], name
+        assert documented.get("default") == spec.get("default"), name
+    assert MODULE.ARGUMENT_SPEC["api_key"]["no_log"] is True
+    assert sorted(MODULE.ARGUMENT_SPEC) == sorted(
+        ["url", "api_key", "model", "probes", "timeout", "retries", "retry_delay", "logprobs", "journal_unit"]
+    )
+
+
+# --- Journal
+
+INVOCATION = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def fake_systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """systemctl and journalctl stand-ins first on PATH; each records its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "journal.txt").write_text("")
+    scripts = {
+        "systemctl": f'echo "$@" > {tmp_path}/systemctl.args\n'
+        f'printf "InvocationID={INVOCATION}\\nInactiveExitTimestamp=Sun 2026-11-29 21:15:30 UTC\\n'
+        f'ActiveEnterTimestamp=Sun 2026-11-29 21:16:09 UTC\\nNRestarts=2\\n"\n',
+        "journalctl": f'echo "$@" > {tmp_path}/journalctl.args\ncat {tmp_path}/journal.txt\n',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return tmp_path
+
+
+def test_journal_with_the_nan_crash_fails_even_when_answers_pass(
+    server: FakeSglang, fake_systemd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (fake_systemd / "journal.txt").write_text(server_log())
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "logprobs": False}
+    result = run({**args, "journal_unit": "sglang.service"}, capsys)
+
+    assert result["rc"] == 1
+    assert result["probes"][0]["passed"]
+    journal = result["journal"]
+    assert (journal["passed"], journal["restarts"], journal["scope"]) == (
+        False,
+        2,
+        f"invocation {INVOCATION}",
+    )
+    assert any("probability tensor contains either" in finding for finding in journal["findings"])
+    assert "journal: line " in result["msg"] and "NaN/Inf in the sampling probabilities" in result["msg"]
+    assert (fake_systemd / "journalctl.args").read_text().split() == [
+        "--no-pager",
+        "-o",
+        "short-iso",
+        f"_SYSTEMD_INVOCATION_ID={INVOCATION}",
+    ]
+    assert (fake_systemd / "systemctl.args").read_text().split()[-2:] == ["--", "sglang.service"]
+
+
+def test_clean_journal_passes(
+    server: FakeSglang, fake_systemd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = server_log()
+    (fake_systemd / "journal.txt").write_text(log[: log.index("Scheduler hit an exception")])
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "logprobs": False}
+    result = run({**args, "journal_unit": "sglang.service"}, capsys)
+    assert result["rc"] == 0, result.get("msg")
+    assert result["journal"]["passed"] and result["journal"]["findings"] == []
+    assert result["journal"]["lines"] > 40
+
+
+def test_bad_unit_name_is_refused(
+    server: FakeSglang, fake_systemd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "model": "default", "probes": two_plus_two(), "logprobs": False}
+    result = run({**args, "journal_unit": "--all"}, capsys)
+    assert result["rc"] == 1
+    assert "journal_unit '--all' is not a systemd unit name" in result["msg"]
+    assert not (fake_systemd / "systemctl.args").exists()
