@@ -1,0 +1,122 @@
+"""Filters over the sglang launch knowledge in python_plugins/data.
+
+    {{ sglang_settings | sglang_args(sglang_version) }}
+        -> ["--flag", "value", ...]
+    {{ gpu_arch | sglang_profile(sglang_lane, sglang_settings_overrides) }}
+        -> {arch, lane, sglang_version, validated_on_hardware, settings, environment, sources}
+    {{ settings | sglang_known_bad(gpu_arch, sglang_version, gpu_memory_mib) }}
+        -> [finding, ...]
+    {{ findings | sglang_known_bad_guard(sglang_allow_known_bad) }}
+        -> {blocked: [...], warnings: [...]}
+
+Errors raise AnsibleFilterError with the message from module_utils (it names the key, the value, the version
+and the fix).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ansible.module_utils
+from ansible.errors import AnsibleFilterError
+
+# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
+_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
+
+from ansible.module_utils.sglang_flags import (  # noqa: E402
+    SglangFlagError,
+    load_lanes,
+    load_profiles,
+    render_sglang_args,
+    resolve_profile,
+)
+from ansible.module_utils.sglang_known_bad import guard, load_known_bad, match_known_bad  # noqa: E402
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged/lazy containers -> plain dict/list/str/int/float/bool/None."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    def filter_(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+        except (SglangFlagError, ValueError, KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
+
+    filter_.__name__ = func.__name__
+    filter_.__doc__ = func.__doc__
+    return filter_
+
+
+def sglang_args(settings: Mapping[str, Any], version: str) -> list[str]:
+    """Render settings as the CLI arguments of sglang `version`."""
+    return render_sglang_args(settings, str(version))
+
+
+def sglang_profile(
+    arch: str,
+    lane: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environment_overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The resolved launch profile for arch on lane (None/'' = the arch's default lane)."""
+    return resolve_profile(
+        load_profiles(),
+        str(arch),
+        str(lane) if lane else None,
+        overrides or {},
+        environment_overrides=environment_overrides or {},
+        lanes=load_lanes(),
+    )
+
+
+def sglang_known_bad(
+    settings: Mapping[str, Any], arch: str, version: str, gpu_memory_mib: int | float | None = None
+) -> list[dict[str, Any]]:
+    """The known-bad entries matching these resolved settings, as dicts."""
+    memory = None if gpu_memory_mib in (None, "") else float(gpu_memory_mib)
+    return [f.as_dict() for f in match_known_bad(load_known_bad(), settings, str(arch), str(version), memory)]
+
+
+def sglang_known_bad_guard(
+    findings: list[Mapping[str, Any]], allow_known_bad: bool = False
+) -> dict[str, Any]:
+    """{blocked: [messages], warnings: [messages]} for findings from sglang_known_bad."""
+    blocked, warnings = guard(findings, bool(allow_known_bad))
+    return {"blocked": blocked, "warnings": warnings}
+
+
+class FilterModule:
+    """sglang launch filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sglang_args": _wrap(sglang_args),
+            "sglang_profile": _wrap(sglang_profile),
+            "sglang_known_bad": _wrap(sglang_known_bad),
+            "sglang_known_bad_guard": _wrap(sglang_known_bad_guard),
+        }
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python sglang.py sm120 [lane]
+    profile = sglang_profile(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    print(" ".join(sglang_args(profile["settings"], profile["sglang_version"])))

@@ -1,0 +1,404 @@
+"""Render sglang launch flags from settings, per sglang version, and resolve launch profiles.
+
+The knowledge lives in python_plugins/data (lanes.yml, profiles/*.yml, sglang_cli/*.json); this module only
+reads it. Everything here is pure and deterministic: the data is loaded once and cached, and every function
+also takes the data explicitly so tests (or a module on a target host) can pass their own.
+
+Settings keys are sglang 0.5.23's long flag names with dashes turned into underscores. A dialect maps them
+onto the flags of one sglang release:
+
+- ``renames``: key -> the flag name (underscored) that release uses instead (``dsa_decode_backend`` ->
+  ``nsa_decode_backend`` before the rename);
+- ``values``: key -> {our value: that release's value} (``attention_backend: {dsa: nsa}``);
+- ``combine``: several keys that together become other flags (both cuda-graph backends ``disabled`` ->
+  ``--disable-cuda-graph``); the first case whose ``when`` matches wins, none matching is an error;
+- ``flags``: the release's long options as read from its real parser (takes_value, choices, nargs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_VERSION_RE = re.compile(
+    r"^v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_l>a|b|rc)(?P<pre_n>\d*))?"
+    r"(?:[-_.]?post(?P<post>\d*))?"
+    r"(?:[-_.]?dev(?P<dev>\d*))?"
+    r"(?:\+[a-z0-9.]+)?$",
+    re.IGNORECASE,
+)
+_SPEC_RE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(\S+)$")
+_PRE_ORDER = {"a": 0, "b": 1, "rc": 2}
+
+
+class SglangFlagError(ValueError):
+    """A setting, a version or the data cannot be rendered; the message names it and says what to do."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Versions (packaging-free: module_utils may run on hosts without it)
+# --------------------------------------------------------------------------------------------------------
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """A sort key for PEP 440-style versions X.Y.Z[aN|bN|rcN][.postN][.devN][+local]."""
+    match = _VERSION_RE.match(str(version).strip())
+    if not match:
+        raise SglangFlagError(f"cannot read sglang version {version!r}: expected X.Y.Z[.postN] (PEP 440)")
+    release = [int(part) for part in match.group("release").split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    pre_l, post, dev = match.group("pre_l"), match.group("post"), match.group("dev")
+    # Ordering within one release: X.devN < X.aN < X.bN < X.rcN < X < X.postN
+    if pre_l is not None:
+        pre: tuple[int, int] = (_PRE_ORDER[pre_l.lower()], int(match.group("pre_n") or 0))
+    elif dev is not None and post is None:
+        pre = (-1, 0)
+    else:
+        pre = (3, 0)
+    post_key = int(post or 0) if post is not None else -1
+    dev_key = int(dev or 0) if dev is not None else float("inf")
+    return (tuple(release), pre, post_key, dev_key)
+
+
+def compare_versions(left: str, right: str) -> int:
+    """-1, 0 or 1 as left is older than, equal to or newer than right."""
+    a, b = version_key(left), version_key(right)
+    return (a > b) - (a < b)
+
+
+def version_matches(version: str, spec: str | None) -> bool:
+    """True when version satisfies every comma-separated comparison in spec (">=0.5.10,<0.6"); None = any."""
+    if spec is None or str(spec).strip() == "":
+        return True
+    for part in str(spec).split(","):
+        match = _SPEC_RE.match(part.strip())
+        if not match:
+            raise SglangFlagError(f"cannot read version range {spec!r}: use e.g. '>=0.5.10,<0.5.13'")
+        op, other = match.groups()
+        cmp = compare_versions(version, other)
+        ok = {
+            ">=": cmp >= 0,
+            "<=": cmp <= 0,
+            ">": cmp > 0,
+            "<": cmp < 0,
+            "==": cmp == 0,
+            "!=": cmp != 0,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data loading (controller side; cached)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _load_yaml(path: Path) -> Any:
+    import yaml  # PyYAML ships with ansible-core; imported here so the pure functions need nothing.
+
+    with path.open(encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+@lru_cache(maxsize=8)
+def load_lanes_file(data_dir: str | None = None) -> dict[str, Any]:
+    """lanes.yml as a dict with ``lanes`` and ``dialects``."""
+    base = Path(data_dir) if data_dir else DATA_DIR
+    doc = _load_yaml(base / "lanes.yml")
+    if not isinstance(doc, dict) or "lanes" not in doc or "dialects" not in doc:
+        raise SglangFlagError(f"{base / 'lanes.yml'} must hold the mappings 'lanes' and 'dialects'")
+    return doc
+
+
+def load_lanes(data_dir: str | None = None) -> dict[str, Any]:
+    """The lanes from lanes.yml: name -> {sglang_version, pins, ...}."""
+    return dict(load_lanes_file(data_dir)["lanes"])
+
+
+@lru_cache(maxsize=8)
+def load_dialects(data_dir: str | None = None) -> dict[str, dict[str, Any]]:
+    """The dialects from lanes.yml, each with its generated ``flags`` table loaded from ``flags_file``."""
+    base = Path(data_dir) if data_dir else DATA_DIR
+    dialects: dict[str, dict[str, Any]] = {}
+    for version, raw in load_lanes_file(data_dir)["dialects"].items():
+        dialect = dict(raw)
+        flags_file = dialect.get("flags_file")
+        if flags_file:
+            with (base / flags_file).open(encoding="utf-8") as handle:
+                generated = json.load(handle)
+            made_for = generated.get("sglang_version")
+            if str(made_for) != str(version):
+                raise SglangFlagError(
+                    f"{flags_file} was generated for sglang {made_for}, not {version}: "
+                    "regenerate it with tests/parser_check/parser_venvs.py regenerate"
+                )
+            dialect["flags"] = generated["flags"]
+        dialects[str(version)] = dialect
+    return dialects
+
+
+@lru_cache(maxsize=8)
+def load_profiles(data_dir: str | None = None) -> dict[str, dict[str, Any]]:
+    """profiles/*.yml: arch -> profile."""
+    base = Path(data_dir) if data_dir else DATA_DIR
+    profiles: dict[str, dict[str, Any]] = {}
+    for path in sorted((base / "profiles").glob("*.yml")):
+        doc = _load_yaml(path)
+        arch = doc.get("arch") if isinstance(doc, dict) else None
+        if arch != path.stem:
+            raise SglangFlagError(f"{path}: 'arch' must be {path.stem!r} (the file name), found {arch!r}")
+        profiles[arch] = doc
+    return profiles
+
+
+# --------------------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------------------
+
+
+def _dialect_for(sglang_version: str, dialects: Mapping[str, Any] | None) -> dict[str, Any]:
+    table = load_dialects() if dialects is None else dialects
+    version = str(sglang_version).strip()
+    if version in table:
+        return dict(table[version])
+    for known, dialect in table.items():  # "0.5.9" == "0.5.9.0" == "v0.5.9"
+        if compare_versions(known, version) == 0:
+            return dict(dialect)
+    raise SglangFlagError(
+        f"sglang {version} has no flag dialect (known: {', '.join(sorted(table, key=version_key))}); "
+        "add one to python_plugins/data/lanes.yml and run the parser check (python_plugins/data/README.md)"
+    )
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _apply_combine(settings: dict[str, Any], dialect: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """Replace each combine rule's keys by the flags of the first matching case."""
+    out = dict(settings)
+    for rule in dialect.get("combine") or []:
+        keys = list(rule["keys"])
+        current = {key: out.get(key) for key in keys}
+        if all(value is None for value in current.values()) and not any(key in out for key in keys):
+            continue
+        for case in rule["cases"]:
+            when = case.get("when") or {}
+            if all(current.get(key) == when.get(key) for key in keys):
+                for key in keys:
+                    out.pop(key, None)
+                for flag_key, flag_value in (case.get("flags") or {}).items():
+                    if flag_key in out:
+                        raise SglangFlagError(
+                            f"settings {sorted(keys)} render to {flag_key!r} on sglang {version}, "
+                            f"which is also set directly; remove one"
+                        )
+                    out[flag_key] = flag_value
+                break
+        else:
+            shown = ", ".join(f"{key}={current[key]!r}" for key in keys)
+            raise SglangFlagError(
+                f"settings {shown} have no equivalent on sglang {version} "
+                f"(see 'combine' in its dialect in python_plugins/data/lanes.yml)"
+            )
+    return out
+
+
+def render_sglang_args(
+    settings: Mapping[str, Any],
+    sglang_version: str,
+    *,
+    dialects: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Render settings as sglang CLI arguments for sglang_version.
+
+    A value renders as ``--flag value``; true as a bare ``--flag``; false or None is omitted; a dict or list
+    as compact JSON (a list for a flag that takes several values renders as several values). Keys map to
+    the version's dialect. A key the version does not know raises SglangFlagError naming key and version.
+    The output is sorted by flag name, so equal settings always render the same argument list.
+    """
+    if not isinstance(settings, Mapping):
+        raise SglangFlagError(f"sglang settings must be a mapping, got {type(settings).__name__}")
+    version = str(sglang_version).strip()
+    dialect = _dialect_for(version, dialects)
+    for key in settings:
+        if not isinstance(key, str) or not _KEY_RE.match(key):
+            raise SglangFlagError(
+                f"sglang setting {key!r} is not a flag name: use the long flag name with dashes as "
+                "underscores (e.g. dsa_decode_backend)"
+            )
+    renames: Mapping[str, str] = dialect.get("renames") or {}
+    value_maps: Mapping[str, Mapping[Any, Any]] = dialect.get("values") or {}
+    flags: Mapping[str, Mapping[str, Any]] | None = dialect.get("flags")
+
+    # Combine rules see the settings as given (None = absent); their output flags are already in the
+    # version's own names.
+    combined = _apply_combine({k: v for k, v in settings.items() if v is not None}, dialect, version)
+    combined_keys = set(combined) - set(settings)
+
+    rendered: dict[str, list[str]] = {}
+    origin: dict[str, str] = {}
+    for key in sorted(combined):
+        value = combined[key]
+        if value is None or value is False:
+            continue
+        if key in combined_keys:
+            flag_key = key
+        else:
+            flag_key = renames.get(key, key)
+            mapping = value_maps.get(key) or {}
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and value in mapping:
+                value = mapping[value]
+        flag = "--" + flag_key.replace("_", "-")
+        spec: Mapping[str, Any] = {}
+        if flags is not None:
+            if flag not in flags:
+                raise SglangFlagError(
+                    f"sglang setting {key!r} ({flag}) is not known to sglang {version}; check the spelling "
+                    f"against python_plugins/data/{dialect.get('flags_file')} or add a mapping to the "
+                    "dialect in python_plugins/data/lanes.yml"
+                )
+            spec = flags[flag]
+        if flag in rendered:
+            raise SglangFlagError(
+                f"sglang settings {origin[flag]!r} and {key!r} both render to {flag} on sglang {version}"
+            )
+        takes_value = spec.get("takes_value", value is not True)
+        if value is True:
+            if takes_value and spec.get("nargs") != "?":
+                raise SglangFlagError(
+                    f"sglang setting {key!r} ({flag}) needs a value on sglang {version}, got true"
+                )
+            args = [flag]
+        else:
+            if flags is not None and not takes_value:
+                raise SglangFlagError(
+                    f"sglang setting {key!r} ({flag}) is a switch on sglang {version}: set it to true or "
+                    f"false, not {value!r}"
+                )
+            if isinstance(value, (list, tuple)) and spec.get("nargs") in ("+", "*"):
+                values = [_render_value(item) for item in value]
+            else:
+                values = [_render_value(value)]
+            choices = spec.get("choices")
+            if choices is not None:
+                bad = [item for item in values if item not in choices]
+                if bad:
+                    raise SglangFlagError(
+                        f"sglang setting {key!r} ({flag}) value {bad[0]!r} is not accepted by sglang "
+                        f"{version}; "
+                        f"choices: {', '.join(choices)}"
+                    )
+            args = [flag, *values]
+        rendered[flag] = args
+        origin[flag] = key
+    return [arg for flag in sorted(rendered) for arg in rendered[flag]]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------------------------
+
+
+def _entries(block: Any, where: str) -> dict[str, tuple[Any, str]]:
+    """{name: {value, source}} -> {name: (value, source)}, insisting on a source for every entry."""
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping):
+        raise SglangFlagError(f"{where} must be a mapping of name -> {{value, source}}")
+    out: dict[str, tuple[Any, str]] = {}
+    for name, entry in block.items():
+        if not isinstance(entry, Mapping) or "value" not in entry or not entry.get("source"):
+            raise SglangFlagError(f"{where}.{name} must be a mapping with 'value' and a non-empty 'source'")
+        out[str(name)] = (entry["value"], str(entry["source"]))
+    return out
+
+
+def resolve_profile(
+    profiles: Mapping[str, Any],
+    arch: str,
+    lane: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environment_overrides: Mapping[str, Any] | None = None,
+    lanes: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The launch profile for arch on lane (None = the profile's default lane).
+
+    Returns {arch, lane, sglang_version (when lanes are given), validated_on_hardware, settings,
+    environment, sources}. overrides (inventory) replace any setting; an override of None removes it.
+    """
+    if arch not in profiles:
+        raise SglangFlagError(
+            f"no launch profile for GPU arch {arch!r} (have: {', '.join(sorted(profiles))}); add "
+            f"python_plugins/data/profiles/{arch}.yml (python_plugins/data/README.md)"
+        )
+    profile = profiles[arch]
+    lane_name = lane or profile.get("default_lane")
+    variants = profile.get("lanes") or {}
+    if lane_name not in variants:
+        raise SglangFlagError(
+            f"profile {arch!r} has no variant for lane {lane_name!r} (has: {', '.join(sorted(variants))}); "
+            f"set sglang_lane to one of those or add the variant to profiles/{arch}.yml"
+        )
+    variant = variants[lane_name]
+    common = profile.get("common") or {}
+
+    settings: dict[str, Any] = {}
+    environment: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for block_name, target in (("settings", settings), ("environment", environment)):
+        for layer_name, layer in ((f"{arch}.common", common), (f"{arch}.lanes.{lane_name}", variant)):
+            for name, (value, source) in _entries(
+                layer.get(block_name), f"{layer_name}.{block_name}"
+            ).items():
+                tag = name if block_name == "settings" else f"environment.{name}"
+                if value is None:
+                    target.pop(name, None)
+                    sources.pop(tag, None)
+                else:
+                    target[name] = value if block_name == "settings" else str(value)
+                    sources[tag] = source
+
+    for name, value in (overrides or {}).items():
+        if value is None:
+            settings.pop(str(name), None)
+            sources.pop(str(name), None)
+        else:
+            settings[str(name)] = value
+            sources[str(name)] = "inventory override"
+    for name, value in (environment_overrides or {}).items():
+        if value is None:
+            environment.pop(str(name), None)
+            sources.pop(f"environment.{name}", None)
+        else:
+            environment[str(name)] = str(value)
+            sources[f"environment.{name}"] = "inventory override"
+
+    result: dict[str, Any] = {
+        "arch": arch,
+        "lane": lane_name,
+        "validated_on_hardware": bool(variant.get("validated_on_hardware", False)),
+        "settings": dict(sorted(settings.items())),
+        "environment": dict(sorted(environment.items())),
+        "sources": dict(sorted(sources.items())),
+    }
+    if lanes is not None:
+        if lane_name not in lanes:
+            raise SglangFlagError(f"lane {lane_name!r} is not defined in python_plugins/data/lanes.yml")
+        result["sglang_version"] = str(lanes[lane_name]["sglang_version"])
+    return result

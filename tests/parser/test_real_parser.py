@@ -1,0 +1,169 @@
+"""The real-parser check: rendered flags against the argparse parser of the real sglang wheel of each lane.
+
+Needs the parser venvs (built on first use under ~/.cache/glm5-deploy/parser-venvs) and so PyPI once.
+No GPU: the parser is built and parse_args is called, nothing more (see sglang_parser_check.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import parser_venvs
+import pytest
+from ansible.module_utils.sglang_flags import (
+    DATA_DIR,
+    load_dialects,
+    load_lanes,
+    load_profiles,
+    render_sglang_args,
+    resolve_profile,
+)
+from ansible.module_utils.sglang_parser_check import run_parser_check, run_parser_checks
+
+MODEL = ["--model-path", "/models/glm-5"]
+SEED_SIX = [
+    "--nsa-prefill-backend",
+    "trtllm",
+    "--nsa-decode-backend",
+    "trtllm",
+    "--fp8-gemm-backend",
+    "cutlass",
+    "--attention-backend",
+    "flashinfer",
+    "--moe-runner-backend",
+    "flashinfer_cutlass",
+    "--disable-cuda-graph",
+]
+MISSPELLED = ["--enable-metircs"]  # not a prefix of any flag, so argparse's allow_abbrev cannot save it
+VERSIONS = sorted({str(lane["sglang_version"]) for lane in load_lanes().values()})
+
+
+def _profile_cases() -> list[tuple[str, str, str, list[str]]]:
+    """(case id, version, arch/lane, argv) for every profile x lane variant."""
+    cases = []
+    lanes = load_lanes()
+    for arch, doc in sorted(load_profiles().items()):
+        for lane in sorted(doc["lanes"]):
+            profile = resolve_profile(load_profiles(), arch, lane, lanes=lanes)
+            version = profile["sglang_version"]
+            argv = [*MODEL, *render_sglang_args(profile["settings"], version)]
+            cases.append((f"{arch}-{lane}", version, f"{arch}/{lane}", argv))
+    return cases
+
+
+PROFILE_CASES = _profile_cases()
+
+
+@pytest.fixture(scope="session")
+def parsed(parser_python: Callable[[str], str], runner: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every check of this file, run with one interpreter start per sglang version."""
+    plan: dict[str, dict[str, list[str]]] = {v: {} for v in VERSIONS}
+    for case_id, version, _, argv in PROFILE_CASES:
+        plan[version][case_id] = argv
+    for version in VERSIONS:
+        plan[version]["seed-six"] = [*MODEL, *SEED_SIX]
+        plan[version]["misspelled"] = [*MODEL, "--tp-size", "8", *MISSPELLED]
+        plan[version]["model-only"] = list(MODEL)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for version, checks in plan.items():
+        names = sorted(checks)
+        results = run_parser_checks(parser_python(version), [checks[n] for n in names], runner)
+        for name, result in zip(names, results, strict=True):
+            assert result["sglang_version"] == version
+            out[(version, name)] = result
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case_id", "version", "label", "argv"), PROFILE_CASES, ids=[c[0] for c in PROFILE_CASES]
+)
+def test_every_profile_lane_is_accepted(
+    parsed: dict[tuple[str, str], dict[str, Any]], case_id: str, version: str, label: str, argv: list[str]
+) -> None:
+    result = parsed[(version, case_id)]
+    assert result["ok"], f"sglang {version} rejects {label}: {result['error']}\nargs: {' '.join(argv)}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_misspelled_flag_is_rejected(parsed: dict[tuple[str, str], dict[str, Any]], version: str) -> None:
+    result = parsed[(version, "misspelled")]
+    assert not result["ok"]
+    assert "unrecognized arguments: --enable-metircs" in result["error"]
+
+
+def test_lane_proof_seed_flags(parsed: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """0.5.8.post1 rejects the seed flags (no trtllm), 0.5.9 accepts them, 0.5.23 no longer knows --nsa-*."""
+    before = parsed[("0.5.8.post1", "seed-six")]
+    assert not before["ok"]
+    assert "invalid choice: 'trtllm'" in before["error"]
+
+    seed = parsed[("0.5.9", "seed-six")]
+    assert seed["ok"], seed["error"]
+    values = seed["values"]
+    assert values["nsa_prefill_backend"] == "trtllm" and values["nsa_decode_backend"] == "trtllm"
+    assert values["disable_cuda_graph"] is True
+    assert values["moe_runner_backend"] == "flashinfer_cutlass"
+
+    current = parsed[("0.5.23", "seed-six")]
+    assert not current["ok"]
+    assert "unrecognized arguments: --nsa-prefill-backend" in current["error"]
+
+
+def _parsed_value(version: str, values: dict[str, Any], flag: str) -> Any:
+    """The parsed value of flag, found through its argparse dest in the version's flag table."""
+    return values.get(load_dialects()[version]["flags"][flag]["dest"])
+
+
+def test_seed_lane_profile_parses_to_the_seed_values(parsed: dict[tuple[str, str], dict[str, Any]]) -> None:
+    values = parsed[("0.5.9", "sm120-seed")]["values"]
+    expected = {
+        "--nsa-prefill-backend": "trtllm",
+        "--nsa-decode-backend": "trtllm",
+        "--fp8-gemm-backend": "cutlass",
+        "--attention-backend": "flashinfer",
+        "--moe-runner-backend": "flashinfer_cutlass",
+        "--disable-cuda-graph": True,
+        "--tp-size": 8,
+    }
+    assert {flag: _parsed_value("0.5.9", values, flag) for flag in expected} == expected
+
+
+def test_current_lane_sm120_parses_to_its_profile(parsed: dict[tuple[str, str], dict[str, Any]]) -> None:
+    values = parsed[("0.5.23", "sm120-current")]["values"]
+    expected = {
+        "--dsa-prefill-backend": "flashinfer_sparse_mla",
+        "--dsa-decode-backend": "flashinfer_sparse_mla",
+        "--cuda-graph-backend-decode": "full",
+        "--cuda-graph-backend-prefill": "disabled",
+        "--cuda-graph-max-bs-decode": 256,
+        "--attention-backend": "dsa",
+        "--kv-cache-dtype": "fp8_e4m3",
+        "--fp8-gemm-backend": "cutlass",
+        "--disable-cuda-graph": None,  # left at its default
+    }
+    assert {flag: _parsed_value("0.5.23", values, flag) for flag in expected} == expected
+
+
+def test_run_parser_check_messages(parser_python: Callable[[str], str], runner: Any) -> None:
+    ok, message = run_parser_check(parser_python("0.5.23"), [*MODEL, "--tp-size", "8"], runner)
+    assert ok and message.startswith("sglang 0.5.23 accepts")
+    ok, message = run_parser_check(parser_python("0.5.23"), [*MODEL, *MISSPELLED], runner)
+    assert not ok and "sglang 0.5.23 rejects the rendered flags" in message and "--enable-metircs" in message
+
+
+def test_run_parser_check_without_sglang(runner: Any) -> None:
+    import sys
+
+    ok, message = run_parser_check(sys.executable, MODEL, runner)  # the project venv has no sglang
+    assert not ok and "could not build the parser" in message and "sglang" in message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_generated_flag_table_is_current(parser_python: Callable[[str], str], version: str) -> None:
+    """python_plugins/data/sglang_cli/<version>.json is what the real parser says (regenerate if not)."""
+    fresh = parser_venvs.extract_cli(parser_venvs.Path(parser_python(version)))
+    stored = json.loads((DATA_DIR / "sglang_cli" / f"{version}.json").read_text(encoding="utf-8"))
+    assert fresh == stored, f"run: .venv/bin/python tests/parser_check/parser_venvs.py regenerate {version}"
+    assert load_dialects()[version]["flags"] == stored["flags"]

@@ -1,0 +1,244 @@
+"""The known-bad guard (python_plugins/module_utils/sglang_known_bad.py) on every table entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ansible.module_utils.sglang_flags import SglangFlagError, load_lanes, load_profiles, resolve_profile
+from ansible.module_utils.sglang_known_bad import (
+    Finding,
+    guard,
+    load_known_bad,
+    match_known_bad,
+    predicate_holds,
+    validate_table,
+)
+
+RTX_PRO_6000_MIB = 97887  # 96 GB card as nvidia-smi reports it
+H200_MIB = 143771
+
+# For every entry: (arch, version, settings, gpu memory) that must match, and a close neighbour that must not.
+CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
+    "sm120-dsa-decode-flashmla-nan": {
+        "positive": ("sm120", "0.5.9", {"dsa_decode_backend": "flashmla_kv"}, RTX_PRO_6000_MIB),
+        "negative": ("sm120", "0.5.9", {"dsa_decode_backend": "trtllm"}, RTX_PRO_6000_MIB),
+    },
+    "sm120-dsa-trtllm-unsupported-arch": {
+        "positive": ("sm120", "0.5.23", {"dsa_prefill_backend": "trtllm"}, RTX_PRO_6000_MIB),
+        "negative": (
+            "sm120",
+            "0.5.9",
+            {"dsa_prefill_backend": "trtllm", "dsa_decode_backend": "trtllm"},
+            None,
+        ),
+    },
+    "sm121-dsa-trtllm-decode-silent-nan": {
+        "positive": ("sm121", "0.5.23", {"dsa_decode_backend": "trtllm"}, None),
+        "negative": ("sm100", "0.5.23", {"dsa_decode_backend": "trtllm"}, None),
+    },
+    "sm120-deepgemm": {
+        "positive": ("sm120", "0.5.23", {"moe_runner_backend": "deep_gemm"}, None),
+        "negative": ("sm90", "0.5.23", {"fp8_gemm_backend": "deep_gemm"}, None),
+    },
+    "sm120-sglang-0.5.12-deepgemm-dsa": {
+        "positive": ("sm120", "0.5.12", {}, None),
+        "negative": ("sm120", "0.5.13", {}, None),
+    },
+    "sm120-cuda-graph-max-bs-over-256-on-96gb": {
+        "positive": (
+            "sm120",
+            "0.5.23",
+            {"cuda_graph_max_bs_decode": 512, "cuda_graph_backend_decode": "full"},
+            RTX_PRO_6000_MIB,
+        ),
+        "negative": (
+            "sm120",
+            "0.5.23",
+            {"cuda_graph_max_bs_decode": 256, "cuda_graph_backend_decode": "full", "tp_size": 8},
+            RTX_PRO_6000_MIB,
+        ),
+    },
+    "sm120-glm-fp8-kv-dsa-backend": {
+        "positive": ("sm120", "0.5.23", {"dsa_decode_backend": "tilelang"}, None),
+        "negative": (
+            "sm120",
+            "0.5.23",
+            {
+                "dsa_prefill_backend": "tilelang",
+                "dsa_decode_backend": "tilelang",
+                "kv_cache_dtype": "bfloat16",
+            },
+            None,
+        ),
+    },
+    "sm90-nvfp4-checkpoint": {
+        "positive": ("sm90", "0.5.23", {"quantization": "modelopt_fp4"}, H200_MIB),
+        "negative": ("sm100", "0.5.23", {"quantization": "modelopt_fp4"}, None),
+    },
+}
+
+
+def table() -> dict[str, Any]:
+    return load_known_bad()
+
+
+def entry_ids() -> list[str]:
+    return [e["id"] for e in table()["entries"]]
+
+
+def test_every_entry_has_cases() -> None:
+    assert sorted(CASES) == sorted(entry_ids())
+
+
+def test_issue_minimum_entries_present() -> None:
+    ids = set(entry_ids())
+    assert {
+        "sm120-dsa-decode-flashmla-nan",
+        "sm120-dsa-trtllm-unsupported-arch",
+        "sm120-deepgemm",
+        "sm120-cuda-graph-max-bs-over-256-on-96gb",
+    } <= ids
+
+
+@pytest.mark.parametrize("entry_id", sorted(CASES))
+def test_entry_positive(entry_id: str) -> None:
+    arch, version, settings, memory = CASES[entry_id]["positive"]
+    found = [f.id for f in match_known_bad(table(), settings, arch, version, memory)]
+    assert entry_id in found
+
+
+@pytest.mark.parametrize("entry_id", sorted(CASES))
+def test_entry_negative(entry_id: str) -> None:
+    arch, version, settings, memory = CASES[entry_id]["negative"]
+    found = [f.id for f in match_known_bad(table(), settings, arch, version, memory)]
+    assert entry_id not in found
+
+
+@pytest.mark.parametrize("entry_id", sorted(CASES))
+def test_guard_on_every_entry(entry_id: str) -> None:
+    arch, version, settings, memory = CASES[entry_id]["positive"]
+    findings = [f for f in match_known_bad(table(), settings, arch, version, memory) if f.id == entry_id]
+    entry = next(e for e in table()["entries"] if e["id"] == entry_id)
+    blocked, warnings = guard(findings, allow_known_bad=False)
+    if entry["severity"] == "block":
+        assert len(blocked) == 1 and not warnings
+        message = blocked[0]
+        assert "sglang_allow_known_bad: true" in message
+        # allowed: the block becomes a warning
+        blocked_allowed, warnings_allowed = guard(findings, allow_known_bad=True)
+        assert not blocked_allowed and "sglang_allow_known_bad is true" in warnings_allowed[0]
+    else:
+        assert not blocked and len(warnings) == 1
+        message = warnings[0]
+    assert entry_id in message
+    assert " ".join(str(entry["source"]).split()) in message
+    assert "Fix: " in message
+    for key in findings[0].matched:
+        assert key in message
+
+
+def test_memory_band_and_unknown_memory() -> None:
+    settings = {"cuda_graph_backend_decode": "full", "tp_size": 8}  # max bs unset: default 512 at tp >= 4
+    hit = match_known_bad(table(), settings, "sm120", "0.5.23", RTX_PRO_6000_MIB)
+    assert "sm120-cuda-graph-max-bs-over-256-on-96gb" in [f.id for f in hit]
+    small = match_known_bad(table(), settings, "sm120", "0.5.23", 32607)  # RTX 5090, 32 GB
+    assert "sm120-cuda-graph-max-bs-over-256-on-96gb" not in [f.id for f in small]
+    unknown = match_known_bad(table(), settings, "sm120", "0.5.23", None)
+    finding = next(f for f in unknown if f.id == "sm120-cuda-graph-max-bs-over-256-on-96gb")
+    assert finding.gpu_memory_unknown and "GPU memory unknown" in guard([finding], False)[0][0]
+    disabled = {"cuda_graph_backend_decode": "disabled", "tp_size": 8}
+    assert not [f for f in match_known_bad(table(), disabled, "sm120", "0.5.9", RTX_PRO_6000_MIB)]
+
+
+@pytest.mark.parametrize(
+    ("arch", "lane"), [("sm120", "seed"), ("sm120", "current"), ("sm100", "current"), ("cpu", "current")]
+)
+def test_shipped_profiles_are_not_blocked(arch: str, lane: str) -> None:
+    profile = resolve_profile(load_profiles(), arch, lane, lanes=load_lanes())
+    findings = match_known_bad(
+        table(), profile["settings"], arch, profile["sglang_version"], RTX_PRO_6000_MIB
+    )
+    blocked, _ = guard(findings, allow_known_bad=False)
+    assert blocked == []
+
+
+def test_seed_settings_on_current_lane_are_blocked() -> None:
+    """The seed's working set is known-bad on 0.5.23: that is why the current lane has its own profile."""
+    seed = resolve_profile(load_profiles(), "sm120", "seed")["settings"]
+    ids = {f.id for f in match_known_bad(table(), seed, "sm120", "0.5.23", RTX_PRO_6000_MIB)}
+    assert {"sm120-dsa-trtllm-unsupported-arch", "sm120-glm-fp8-kv-dsa-backend"} <= ids
+
+
+def test_guard_accepts_finding_dicts() -> None:
+    finding = match_known_bad(table(), {"dsa_decode_backend": "flashmla_sparse"}, "sm120", "0.5.9")[0]
+    blocked, _ = guard([finding.as_dict()], allow_known_bad=False)
+    assert blocked and "dsa_decode_backend=flashmla_sparse" in blocked[0]
+    assert isinstance(finding, Finding)
+
+
+def test_predicates() -> None:
+    assert predicate_holds({"in": ["a"]}, "a") and not predicate_holds({"in": ["a"]}, None)
+    assert predicate_holds({"not_in": ["a"]}, None) and not predicate_holds({"not_in": ["a"]}, "a")
+    assert predicate_holds({"gt": 256}, 512) and not predicate_holds({"gt": 256}, None)
+    assert not predicate_holds({"gt": 256}, "lots") and not predicate_holds({"gte": 1}, True)
+    assert predicate_holds({"absent": True}, None) and predicate_holds({"absent": False, "eq": 1}, 1)
+    assert predicate_holds({"lt": 10, "lte": 10}, 9.5)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([{"id": "x", "severity": "block", "match": {}, "symptom": "s", "source": "s"}], "lacks fix"),
+        (
+            [{"id": "x", "severity": "fatal", "match": {}, "symptom": "s", "source": "s", "fix": "f"}],
+            "severity",
+        ),
+        (
+            [
+                {
+                    "id": "x",
+                    "severity": "warn",
+                    "match": {"archs": []},
+                    "symptom": "s",
+                    "source": "s",
+                    "fix": "f",
+                }
+            ],
+            "match may only hold",
+        ),
+        (
+            [
+                {
+                    "id": "x",
+                    "severity": "warn",
+                    "match": {"settings": {"a": {"like": 1}}},
+                    "symptom": "s",
+                    "source": "s",
+                    "fix": "f",
+                }
+            ],
+            "predicate",
+        ),
+        (
+            [
+                {
+                    "id": "x",
+                    "severity": "warn",
+                    "match": {"sglang_version": "~1"},
+                    "symptom": "s",
+                    "source": "s",
+                    "fix": "f",
+                }
+            ],
+            "version range",
+        ),
+        (
+            [{"id": "x", "severity": "warn", "match": {}, "symptom": "s", "source": "s", "fix": "f"}] * 2,
+            "duplicate id",
+        ),
+    ],
+)
+def test_validate_table_rejects(entries: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(SglangFlagError, match=message):
+        validate_table({"entries": entries})
