@@ -13,10 +13,10 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR ?= 0
 
-APT_PACKAGES := podman runc debootstrap python3-venv
+APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg
 PLAYBOOK := $(BIN)/ansible-playbook
 
-.PHONY: help deps venv image lab-up lab-down deploy test lint unit integration molecule clean clean-cache
+.PHONY: help deps venv image lab-up lab-down deploy test lint unit parser integration molecule clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,7 +47,7 @@ lab-down: venv ## Remove the lab's containers, network and volumes (and nothing 
 deploy: lab-up ## The main job: ansible-playbook site.yml against the lab.
 	$(PLAYBOOK) site.yml
 
-test: lint unit integration molecule ## The test command: lint, unit, integration (lab) and molecule.
+test: lint unit parser integration molecule ## The test command: lint, unit, parser, integration (lab), molecule.
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff.
 	$(BIN)/yamllint --strict .
@@ -57,6 +57,9 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff.
 
 unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q
+
+parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
+	$(BIN)/python -m pytest tests/parser -q
 
 integration: lab-up ## pytest: playbooks driven through ansible-runner against the lab.
 	$(BIN)/python -m pytest tests/integration -q
