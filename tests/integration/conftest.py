@@ -54,12 +54,14 @@ def lab_up() -> None:
     assert not missing, f"lab hosts not running: {missing}; run `make lab-up`"
 
 
-@pytest.fixture
-def run_playbook(tmp_path: Path, lab_up: None) -> Iterator[Callable[..., Run]]:
+@pytest.fixture(scope="module")
+def run_playbook(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Callable[..., Run]]:
     """Run a playbook of this repository against the lab inventory and collect its stats and events."""
 
+    tmp_path = tmp_path_factory.mktemp("runner")
+
     def _run(playbook: str, extravars: dict[str, Any] | None = None, cmdline: str = "") -> Run:
-        private = tmp_path / f"runner-{len(list(tmp_path.iterdir()))}"
+        private = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
         private.mkdir()
         runner = ansible_runner.run(
             private_data_dir=str(private),
@@ -78,9 +80,10 @@ def run_playbook(tmp_path: Path, lab_up: None) -> Iterator[Callable[..., Run]]:
     yield _run
 
 
-@pytest.fixture
-def adhoc(tmp_path: Path, lab_up: None) -> Callable[..., dict[str, dict[str, Any]]]:
+@pytest.fixture(scope="module")
+def adhoc(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Callable[..., dict[str, dict[str, Any]]]:
     """Run one ad-hoc module on lab hosts (test setup and probes); returns each host's result."""
+    tmp_path = tmp_path_factory.mktemp("adhoc")
 
     def _adhoc(pattern: str, module: str, args: str) -> dict[str, dict[str, Any]]:
         private = tmp_path / f"adhoc-{len(list(tmp_path.iterdir()))}"

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 
-from conftest import LAB_NODES
+import pytest
+from conftest import LAB_NODES, Run
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
 
 
-def test_site_converges_then_changes_nothing(run_playbook, adhoc) -> None:
-    # Start gpu-node-1 from a state that needs work, so the first run must change it.
+@pytest.fixture(scope="module")
+def converged(run_playbook, adhoc) -> tuple[Run, Run, Run]:
+    """site.yml from a state that needs work on gpu-node-1, then again, then once more in check mode."""
     adhoc("gpu-node-1", "ansible.builtin.file", f"path={FACT_FILE} state=absent")
+    return run_playbook("site.yml"), run_playbook("site.yml"), run_playbook("site.yml", cmdline="--check")
 
-    first = run_playbook("site.yml")
+
+def test_site_converges_the_fleet(converged) -> None:
+    first, _, _ = converged
     assert first.status == "successful", first.stats
     assert first.count("changed", "gpu-node-1") >= 1
     facts = first.results("Gather GPU facts with nvidia-smi")
@@ -24,19 +29,30 @@ def test_site_converges_then_changes_nothing(run_playbook, adhoc) -> None:
         assert (gpu["arch"], gpu["count"]) == ("sm120", 8), host
         assert first.count("failures", host) == 0
 
-    second = run_playbook("site.yml")
+
+def test_second_run_changes_nothing(converged) -> None:
+    _, second, _ = converged
     assert second.status == "successful"
     assert {h: second.count("changed", h) for h in LAB_NODES} == dict.fromkeys(LAB_NODES, 0)
 
 
-def test_check_mode_reports_no_change_on_a_converged_fleet(run_playbook) -> None:
-    assert run_playbook("site.yml").status == "successful"
-    checked = run_playbook("site.yml", cmdline="--check")
+def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
+    _, _, checked = converged
     assert checked.status == "successful"
     assert sum(checked.stats.get("changed", {}).values()) == 0
 
 
-def test_preflight_refuses_too_few_gpus_before_any_change(run_playbook, adhoc) -> None:
+def test_fleet_summary_names_every_node(converged) -> None:
+    summary = converged[1].results("Summarize the fleet")
+    lines = next(iter(summary.values()))["msg"]
+    assert lines[0].split() == ["host", "gpus", "arch", "driver", "release", "profile", "validated"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(LAB_NODES)
+    assert all("sm120" in row and "RTX PRO 6000" in row and "580.159.04" in row for row in rows.values())
+    json.dumps(summary)  # the summary is plain data a report can store
+
+
+def test_preflight_refuses_too_few_gpus_before_any_change(converged, run_playbook, adhoc) -> None:
     adhoc("gpu-node-2", "ansible.builtin.file", f"path={FACT_FILE} state=absent")
 
     refused = run_playbook("site.yml", extravars={"preflight_tp_size": 16})
@@ -49,14 +65,3 @@ def test_preflight_refuses_too_few_gpus_before_any_change(run_playbook, adhoc) -
     # The refused run wrote nothing: the removed fact file is still absent.
     probe = adhoc("gpu-node-2", "ansible.builtin.stat", f"path={FACT_FILE}")
     assert probe["gpu-node-2"]["stat"]["exists"] is False
-
-
-def test_fleet_summary_names_every_node(run_playbook) -> None:
-    run = run_playbook("site.yml")
-    summary = run.results("Summarize the fleet")
-    lines = next(iter(summary.values()))["msg"]
-    assert lines[0].split() == ["host", "gpus", "arch", "driver", "release", "profile", "validated"]
-    rows = {line.split()[0]: line for line in lines[1:]}
-    assert set(rows) == set(LAB_NODES)
-    assert all("sm120" in row and "RTX PRO 6000" in row for row in rows.values())
-    json.dumps(summary)  # the summary is plain data a report can store

@@ -1,0 +1,54 @@
+"""Every role documents every default: in meta/argument_specs.yml (with the same value) and in the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "defaults" / "main.yml").exists())
+README = (ROOT / "README.md").read_text()
+
+
+def load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def spec_options(role: Path) -> dict[str, dict[str, Any]]:
+    specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
+    options: dict[str, dict[str, Any]] = {}
+    for entry in specs.values():
+        options.update(entry.get("options") or {})
+    return options
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_every_default_is_in_the_argument_spec_with_its_value(role: Path) -> None:
+    defaults = load(role / "defaults" / "main.yml")
+    options = spec_options(role)
+    missing = sorted(set(defaults) - set(options))
+    assert not missing, f"{role.name}: defaults missing from meta/argument_specs.yml: {missing}"
+    for name, value in defaults.items():
+        if isinstance(value, str) and "{{" in value:
+            continue  # a templated default is described, not repeated
+        assert options[name].get("default") == value, f"{role.name}: {name} default differs from its spec"
+        assert options[name].get("description"), f"{role.name}: {name} has no description"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_every_default_is_in_the_readme(role: Path) -> None:
+    defaults = load(role / "defaults" / "main.yml")
+    missing = sorted(name for name in defaults if f"`{name}`" not in README)
+    assert not missing, f"README.md does not document {role.name} variables: {missing}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_every_default_has_a_comment(role: Path) -> None:
+    lines = (role / "defaults" / "main.yml").read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line and not line.startswith((" ", "#", "-")) and ":" in line:
+            above = lines[number - 1] if number else ""
+            assert above.startswith("#"), f"{role.name}: `{line.split(':')[0]}` has no comment line above it"
