@@ -39,7 +39,7 @@ attributes:
     support: full
 notes:
   - The compute_cap query field needs driver R510 or newer.
-  - In the lab, nvidia-smi is a stand-in that prints fixture data (lab/gpu-standin/); the module cannot tell.
+  - On the project's lab hosts nvidia-smi is a test double that prints fixture data; the module reads it like the real one.
 """
 
 EXAMPLES = r"""
