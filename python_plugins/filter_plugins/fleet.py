@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import Any
 
 import ansible.module_utils
 
-# Ansible's module_utils setting only reaches modules; filters run on the controller, so make the project's
-# module_utils importable under the same name here.
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MODULE_UTILS)
+# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
+_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
 
 from ansible.module_utils.fleet_summary import fleet_summary  # noqa: E402
 

@@ -39,7 +39,8 @@ attributes:
     support: full
 notes:
   - The compute_cap query field needs driver R510 or newer.
-  - On the project's lab hosts nvidia-smi is a test double that prints fixture data; the module reads it like the real one.
+  - On the project's lab hosts nvidia-smi is a test double that prints fixture data; the module reads it
+    like the real one.
 """
 
 EXAMPLES = r"""
