@@ -65,3 +65,20 @@ def test_preflight_refuses_too_few_gpus_before_any_change(converged, run_playboo
     # The refused run wrote nothing: the removed fact file is still absent.
     probe = adhoc("gpu-node-2", "ansible.builtin.stat", f"path={FACT_FILE}")
     assert probe["gpu-node-2"]["stat"]["exists"] is False
+
+
+def test_known_bad_override_is_refused_before_any_change(converged, run_playbook) -> None:
+    refused = run_playbook(
+        "site.yml",
+        extravars={
+            "sglang_profile": "sm120",
+            "sglang_lane": "seed",
+            "sglang_settings": {"dsa_decode_backend": "flashmla_kv"},
+        },
+    )
+    assert refused.status == "failed"
+    failed = refused.results("Refuse known-bad combinations", "runner_on_failed")
+    assert set(failed) == set(LAB_NODES)
+    message = " ".join(failed["gpu-node-1"]["msg"])
+    assert "sm120-dsa-decode-flashmla-nan" in message and "sglang_allow_known_bad" in message
+    assert sum(refused.stats.get("changed", {}).values()) == 0
