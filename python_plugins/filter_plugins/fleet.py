@@ -12,7 +12,7 @@ _MU = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils.fleet_summary import fleet_summary  # noqa: E402
+from ansible.module_utils.fleet_summary import fleet_summary, validation_table  # noqa: E402
 
 
 def glm5_fleet_summary(hosts: list[str], hostvars: Any) -> list[str]:
@@ -20,8 +20,13 @@ def glm5_fleet_summary(hosts: list[str], hostvars: Any) -> list[str]:
     return fleet_summary(hosts, {h: hostvars[h] for h in hosts})
 
 
+def glm5_validation_table(hosts: list[str], hostvars: Any) -> list[str]:
+    """Per-node, per-probe table of the inference check: ``hosts | glm5_validation_table(hostvars)``."""
+    return validation_table(hosts, {h: hostvars[h] for h in hosts})
+
+
 class FilterModule:
     """glm5-deploy fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"glm5_fleet_summary": glm5_fleet_summary}
+        return {"glm5_fleet_summary": glm5_fleet_summary, "glm5_validation_table": glm5_validation_table}

@@ -38,3 +38,47 @@ def format_table(rows: Iterable[Mapping[str, str]], columns: tuple[str, ...] = C
 def fleet_summary(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The summary table for the given hosts, in inventory order."""
     return format_table(host_row(h, hostvars[h]) for h in hosts)
+
+
+VALIDATION_COLUMNS = ("host", "probe", "verdict", "finish", "latency_s", "content", "symptom")
+
+
+def _short(text: Any, width: int) -> str:
+    flat = " ".join(str(text if text is not None else "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def validation_rows(host: str, validation: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """One row per probe of a host's inference-check result; an unchecked host gets one row."""
+    if not validation:
+        return [{"host": host, "probe": "-", "verdict": "not checked"}]
+    probes = validation.get("probes") or []
+    if not probes:
+        return [
+            {"host": host, "probe": "-", "verdict": "FAILED", "symptom": _short(validation.get("msg"), 90)}
+        ]
+    rows = []
+    for probe in probes:
+        latency = probe.get("latency_s")
+        rows.append(
+            {
+                "host": host,
+                "probe": str(probe.get("name")),
+                "verdict": "passed" if probe.get("passed") else "FAILED",
+                "finish": str(probe.get("finish_reason")),
+                "latency_s": "-" if latency is None else f"{float(latency):.2f}",
+                "content": _short(probe.get("content"), 24),
+                "symptom": _short("; ".join(probe.get("failures") or []), 90),
+            }
+        )
+    journal = validation.get("journal") or {}
+    if journal and not journal.get("passed", True):
+        findings = journal.get("findings") or [journal.get("error")]
+        rows.append({"host": host, "probe": "journal", "verdict": "FAILED", "symptom": _short(findings, 90)})
+    return rows
+
+
+def validation_table(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The per-node, per-probe table that validate.yml prints."""
+    rows = [row for h in hosts for row in validation_rows(h, hostvars[h].get("sglang_validation"))]
+    return format_table(rows, VALIDATION_COLUMNS)

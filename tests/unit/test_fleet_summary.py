@@ -31,3 +31,45 @@ def test_table_is_aligned_and_in_the_given_order() -> None:
     assert [line.split()[0] for line in lines[1:]] == ["b", "a"]
     starts = {line.index(line.split()[1]) for line in lines}
     assert len(starts) == 1, lines
+
+
+def test_validation_table_has_a_row_per_probe_and_names_the_symptom() -> None:
+    from ansible.module_utils.fleet_summary import validation_table
+
+    healthy = {
+        "passed": True,
+        "probes": [
+            {
+                "name": "2+2",
+                "passed": True,
+                "finish_reason": "stop",
+                "content": "4",
+                "latency_s": 0.041,
+                "failures": [],
+            }
+        ],
+    }
+    poisoned = {
+        "passed": False,
+        "msg": "x",
+        "probes": [
+            {
+                "name": "2+2",
+                "passed": False,
+                "finish_reason": "length",
+                "content": "",
+                "latency_s": 0.5,
+                "failures": ["degenerate output '!!!!!!!!'"],
+            }
+        ],
+        "journal": {"passed": False, "findings": ["probability tensor contains either inf"]},
+    }
+    lines = validation_table(
+        ["n1", "n2", "n3"],
+        {"n1": {"sglang_validation": healthy}, "n2": {"sglang_validation": poisoned}, "n3": {}},
+    )
+    assert lines[0].split()[:3] == ["host", "probe", "verdict"]
+    assert "n1" in lines[1] and "passed" in lines[1] and "0.04" in lines[1]
+    assert "n2" in lines[2] and "FAILED" in lines[2] and "!!!!" in lines[2]
+    assert "journal" in lines[3] and "probability tensor" in lines[3]
+    assert "n3" in lines[4] and "not checked" in lines[4]
