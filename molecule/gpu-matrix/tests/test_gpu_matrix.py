@@ -1,0 +1,72 @@
+"""Verify the GPU matrix: each host's ExecStart, as systemd parsed it, carries its arch's flags."""
+
+from __future__ import annotations
+
+import json
+
+COMMON = [
+    "--quantization",
+    "modelopt_fp4",
+    "--reasoning-parser",
+    "glm45",
+    "--tp-size",
+    "8",
+    "--enable-metrics",
+]
+# The seed's six flags, on the seed lane (sglang 0.5.9's dialect).
+SEED = [
+    "--nsa-prefill-backend trtllm",
+    "--nsa-decode-backend trtllm",
+    "--fp8-gemm-backend cutlass",
+    "--attention-backend flashinfer",
+    "--moe-runner-backend flashinfer_cutlass",
+    "--disable-cuda-graph",
+]
+
+
+def exec_start(host) -> str:
+    """The argv systemd parsed from the unit: `systemctl show` prints it as `argv[]=... ;`."""
+    shown = host.check_output("systemctl show sglang -p ExecStart --value")
+    return shown.split("argv[]=", 1)[1].split(" ;", 1)[0]
+
+
+def arch(host) -> str:
+    return json.loads(host.file("/etc/ansible/facts.d/glm5_gpu.fact").content_string)["arch"]
+
+
+def test_unit_is_installed_not_started_and_its_argv_is_the_profile(host) -> None:
+    argv = exec_start(host)
+    assert argv.startswith("/usr/bin/python3 -m sglang.launch_server ")
+    assert not host.service("sglang").is_running
+    for flag in COMMON:
+        assert f" {flag}" in f" {argv}", flag
+    assert "--model-path /var/lib/sglang/models/GLM-5-NVFP4" in argv
+    assert "--host 0.0.0.0" in argv and "--port 30000" in argv
+    if arch(host) == "sm120":
+        for flag in SEED:
+            assert flag in argv, flag
+        assert "--dsa-" not in argv
+    else:
+        assert "--nsa-" not in argv and "--disable-cuda-graph" not in argv
+        assert "trtllm" not in argv
+
+
+def test_environment_file_is_private_and_carries_the_profile(host) -> None:
+    env = host.file("/etc/sglang/sglang.env")
+    assert env.mode == 0o600 and env.user == "root"
+    text = env.content_string
+    assert 'HF_HUB_OFFLINE="1"' in text
+    if arch(host) == "sm120":
+        assert 'NCCL_P2P_LEVEL="SYS"' in text and 'CUDA_DEVICE_ORDER="PCI_BUS_ID"' in text
+
+
+def test_service_user_and_hardening(host) -> None:
+    assert host.user("sglang").shell == "/usr/sbin/nologin"
+    unit = host.file("/etc/systemd/system/sglang.service").content_string
+    for line in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "KillSignal=SIGTERM",
+        "LimitMEMLOCK=infinity",
+    ):
+        assert line in unit
