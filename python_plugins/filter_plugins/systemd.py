@@ -1,7 +1,7 @@
 """Filters that write values into systemd unit and environment files.
 
-    {{ argv | systemd_exec }}                    -> one ExecStart= command line
-    {{ environment | systemd_environment_file }} -> the text of an EnvironmentFile=
+{{ argv | systemd_exec }}                    -> one ExecStart= command line
+{{ environment | systemd_environment_file }} -> the text of an EnvironmentFile=
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
     gpu = hostvars.get("nvidia_gpu") or {}
     names = gpu.get("names") or []
     gpus = f"{gpu['count']}x {names[0]}" if gpu.get("count") and names else "-"
-    validation = hostvars.get("sglang_validation")
+    validation = hostvars.get("sglang_validate_result")
     validated = "-" if validation is None else ("passed" if validation.get("passed") else "FAILED")
     return {
         "host": host,
@@ -80,5 +80,5 @@ def validation_rows(host: str, validation: Mapping[str, Any] | None) -> list[dic
 
 def validation_table(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The per-node, per-probe table that validate.yml prints."""
-    rows = [row for h in hosts for row in validation_rows(h, hostvars[h].get("sglang_validation"))]
+    rows = [row for h in hosts for row in validation_rows(h, hostvars[h].get("sglang_validate_result"))]
     return format_table(rows, VALIDATION_COLUMNS)

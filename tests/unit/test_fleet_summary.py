@@ -19,10 +19,10 @@ def test_row_of_a_host_where_nothing_ran_is_dashes() -> None:
 
 
 def test_row_reports_gpus_and_validation_verdict() -> None:
-    row = host_row("n1", {**SM120, "sglang_validation": {"passed": False}})
+    row = host_row("n1", {**SM120, "sglang_validate_result": {"passed": False}})
     assert row["gpus"] == "8x NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert (row["arch"], row["driver"], row["validated"]) == ("sm120", "580.159.04", "FAILED")
-    assert host_row("n1", {"sglang_validation": {"passed": True}})["validated"] == "passed"
+    assert host_row("n1", {"sglang_validate_result": {"passed": True}})["validated"] == "passed"
 
 
 def test_table_is_aligned_and_in_the_given_order() -> None:
@@ -66,7 +66,7 @@ def test_validation_table_has_a_row_per_probe_and_names_the_symptom() -> None:
     }
     lines = validation_table(
         ["n1", "n2", "n3"],
-        {"n1": {"sglang_validation": healthy}, "n2": {"sglang_validation": poisoned}, "n3": {}},
+        {"n1": {"sglang_validate_result": healthy}, "n2": {"sglang_validate_result": poisoned}, "n3": {}},
     )
     assert lines[0].split()[:3] == ["host", "probe", "verdict"]
     assert "n1" in lines[1] and "passed" in lines[1] and "0.04" in lines[1]
