@@ -8,6 +8,16 @@
         -> [finding, ...]
     {{ findings | sglang_known_bad_guard(sglang_allow_known_bad) }}
         -> {blocked: [...], warnings: [...]}
+    {{ sglang_lane | sglang_lane }}
+        -> the lane's dict from lanes.yml, with its name: {name, sglang_version, python, cuda, pins, ...}
+    {{ sglang_lane | sglang_release_plan(python_version=..., interpreter=..., root=..., packages=...) }}
+        -> {name, dir, venv, python, constraints, pip_args, problems, ...} (module_utils/sglang_release.py)
+    {{ lookup('file', 'requirements.txt') | sglang_requirements(no_deps=false) }}
+        -> the requirement lines (no_deps=true: only the lines marked '# no-deps')
+    {{ pip_check_output | sglang_pip_check_problems(no_deps_packages) }}
+        -> the lines that are real problems
+    {{ find_result.files | sglang_releases_to_prune(keep, protected_names) }}
+        -> the release directories to delete, oldest first
 
 Errors raise AnsibleFilterError with the message from module_utils (it names the key, the value, the version
 and the fix).
@@ -36,6 +46,12 @@ from ansible.module_utils.sglang_flags import (  # noqa: E402
     resolve_profile,
 )
 from ansible.module_utils.sglang_known_bad import guard, load_known_bad, match_known_bad  # noqa: E402
+from ansible.module_utils.sglang_release import (  # noqa: E402
+    pip_check_problems,
+    plan_release,
+    read_requirements,
+    releases_to_prune,
+)
 
 
 def _plain(value: Any) -> Any:
@@ -105,6 +121,69 @@ def sglang_known_bad_guard(
     return {"blocked": blocked, "warnings": warnings}
 
 
+def sglang_lane(name: str) -> dict[str, Any]:
+    """The lane called name in lanes.yml, as a dict with its ``name`` added."""
+    lanes = load_lanes()
+    if str(name) not in lanes:
+        have = ", ".join(sorted(lanes))
+        raise SglangFlagError(
+            f"sglang_lane {name!r} is not a lane in python_plugins/data/lanes.yml (have: {have})"
+        )
+    return {"name": str(name), **lanes[str(name)]}
+
+
+def sglang_release_plan(
+    lane: str,
+    *,
+    python_version: str,
+    interpreter: str,
+    root: str,
+    packages: list[str],
+    no_deps_packages: list[str] | None = None,
+    extra_constraints: list[str] | None = None,
+    wheelhouse: str | None = None,
+    torch_index: str | None = None,
+) -> dict[str, Any]:
+    """The release that lane's pins, these package lists and this interpreter make (see sglang_release.py)."""
+    return plan_release(
+        str(lane),
+        sglang_lane(lane),
+        python_version=str(python_version),
+        interpreter=str(interpreter),
+        root=str(root),
+        packages=list(packages),
+        no_deps_packages=list(no_deps_packages or []),
+        extra_constraints=list(extra_constraints or []),
+        wheelhouse=wheelhouse or None,
+        torch_index=torch_index or None,
+    )
+
+
+def sglang_requirements(text: str, no_deps: bool = False) -> list[str]:
+    """The requirement lines of a requirements file; no_deps picks the lines marked '# no-deps'."""
+    packages, no_deps_packages = read_requirements(str(text))
+    return no_deps_packages if no_deps else packages
+
+
+def sglang_pip_check_problems(output: str, no_deps_packages: list[str]) -> list[str]:
+    """The lines of `pip check` output that are not explained by the --no-deps packages."""
+    return pip_check_problems(str(output), list(no_deps_packages))
+
+
+def sglang_releases_to_prune(
+    found: list[dict[str, Any]], keep: int, protected: list[str | None] | None = None
+) -> list[str]:
+    """Paths of the release directories (ansible.builtin.find results) to delete, oldest first.
+
+    protected holds release names or paths (current, previous, the selected release); empty entries are
+    ignored.
+    """
+    by_name = {str(entry["path"]).rstrip("/").rsplit("/", 1)[-1]: entry for entry in found}
+    names = {str(p).rstrip("/").rsplit("/", 1)[-1] for p in protected or [] if p}
+    doomed = releases_to_prune({n: float(e.get("mtime", 0)) for n, e in by_name.items()}, int(keep), names)
+    return [str(by_name[name]["path"]) for name in doomed]
+
+
 class FilterModule:
     """sglang launch filters."""
 
@@ -114,6 +193,11 @@ class FilterModule:
             "sglang_profile": _wrap(sglang_profile),
             "sglang_known_bad": _wrap(sglang_known_bad),
             "sglang_known_bad_guard": _wrap(sglang_known_bad_guard),
+            "sglang_lane": _wrap(sglang_lane),
+            "sglang_release_plan": _wrap(sglang_release_plan),
+            "sglang_requirements": _wrap(sglang_requirements),
+            "sglang_pip_check_problems": _wrap(sglang_pip_check_problems),
+            "sglang_releases_to_prune": _wrap(sglang_releases_to_prune),
         }
 
 
