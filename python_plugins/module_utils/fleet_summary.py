@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-COLUMNS = ("host", "gpus", "arch", "driver", "release", "profile", "validated")
+COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated")
+
+
+def _profile(launch: Mapping[str, Any] | None) -> str:
+    if not launch:
+        return "-"
+    hardware = "" if launch.get("validated_on_hardware") else "(unvalidated)"
+    return f"{launch.get('arch')}/{launch.get('lane')}{hardware}"
 
 
 def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
@@ -21,7 +28,7 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         "arch": str(gpu.get("arch") or "-"),
         "driver": str(gpu.get("driver_version") or "-"),
         "release": str(hostvars.get("sglang_release_name") or "-"),
-        "profile": str(hostvars.get("sglang_profile_name") or "-"),
+        "profile": _profile(hostvars.get("sglang_launch")),
         "validated": validated,
     }
 

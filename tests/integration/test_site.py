@@ -30,6 +30,22 @@ def test_site_converges_the_fleet(converged) -> None:
         assert first.count("failures", host) == 0
 
 
+PROBE_TASK = "Ask the model the probes and judge its answers"
+
+
+def test_every_node_serves_the_tiny_model_and_answers_correctly(converged) -> None:
+    first, _, _ = converged
+    verdicts = first.results(PROBE_TASK)
+    assert set(verdicts) == set(LAB_NODES)
+    for host, verdict in verdicts.items():
+        assert verdict["passed"] is True, (host, verdict.get("msg"))
+        probes = {p["name"]: p for p in verdict["probes"]}
+        assert probes["2+2"]["content"].strip() == "4", host
+        assert probes["2+2"]["finish_reason"] == "stop", host
+        assert probes["prime"]["passed"] and "def is_prime(n: int) -> bool:" in probes["prime"]["content"]
+        assert verdict["journal"]["passed"] is True, host
+
+
 def test_second_run_changes_nothing(converged) -> None:
     _, second, _ = converged
     assert second.status == "successful"
@@ -45,10 +61,12 @@ def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
 def test_fleet_summary_names_every_node(converged) -> None:
     summary = converged[1].results("Summarize the fleet")
     lines = next(iter(summary.values()))["msg"]
-    assert lines[0].split() == ["host", "gpus", "arch", "driver", "release", "profile", "validated"]
+    assert lines[0].split() == ["host", "gpus", "arch", "driver", "profile", "release", "validated"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == set(LAB_NODES)
-    assert all("sm120" in row and "RTX PRO 6000" in row and "580.159.04" in row for row in rows.values())
+    for row in rows.values():
+        assert "sm120" in row and "RTX PRO 6000" in row and "580.159.04" in row
+        assert "cpu/current" in row and "0.5.23-" in row and row.split()[-1] == "passed"
     json.dumps(summary)  # the summary is plain data a report can store
 
 
@@ -82,3 +100,26 @@ def test_known_bad_override_is_refused_before_any_change(converged, run_playbook
     message = " ".join(failed["gpu-node-1"]["msg"])
     assert "sm120-dsa-decode-flashmla-nan" in message and "sglang_allow_known_bad" in message
     assert sum(refused.stats.get("changed", {}).values()) == 0
+
+
+def test_node_serving_a_nan_poisoned_copy_fails_validation_alone(converged, run_playbook) -> None:
+    """gpu-node-3 switched to the NaN copy answers '!!!!' with null logprobs while /health stays green."""
+    try:
+        poisoned = run_playbook(
+            "site.yml",
+            extravars={"model_checkpoint_repo": "glm5-lab/glm5-lab-tiny-nan"},
+            cmdline="--limit gpu-node-3",
+        )
+        assert poisoned.status == "failed"
+        failed = poisoned.results("Fail the nodes whose answers are bad", "runner_on_failed")
+        assert set(failed) == {"gpu-node-3"}
+        message = failed["gpu-node-3"]["msg"]
+        assert message.startswith("gpu-node-3: ")
+        assert "!!!!" in message or "logprob" in message
+        verdict = poisoned.results(PROBE_TASK)["gpu-node-3"]
+        assert verdict["passed"] is False
+        assert poisoned.results("Wait until /health_generate answers 200 (a GLM-5 start takes 7-8 minutes)")
+    finally:
+        restored = run_playbook("site.yml", cmdline="--limit gpu-node-3")
+    assert restored.status == "successful", restored.stats
+    assert restored.results(PROBE_TASK)["gpu-node-3"]["passed"] is True

@@ -73,3 +73,12 @@ def test_validation_table_has_a_row_per_probe_and_names_the_symptom() -> None:
     assert "n2" in lines[2] and "FAILED" in lines[2] and "!!!!" in lines[2]
     assert "journal" in lines[3] and "probability tensor" in lines[3]
     assert "n3" in lines[4] and "not checked" in lines[4]
+
+
+def test_row_names_the_release_and_the_resolved_profile() -> None:
+    launch = {"arch": "sm120", "lane": "seed", "sglang_version": "0.5.9", "validated_on_hardware": True}
+    row = host_row("n1", {"sglang_launch": launch, "sglang_release_name": "0.5.9-0123456789ab"})
+    assert row["profile"] == "sm120/seed"
+    assert row["release"] == "0.5.9-0123456789ab"
+    launch["validated_on_hardware"] = False
+    assert host_row("n1", {"sglang_launch": launch})["profile"] == "sm120/seed(unvalidated)"
