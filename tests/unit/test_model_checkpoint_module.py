@@ -5,32 +5,23 @@ The hub path (snapshot_download against a real HF-compatible server) is exercise
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import struct
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from ansible.module_utils.model_checkpoint import partial_key
 from ansible.module_utils.testing import patch_module_args
+from project_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE_PATH = ROOT / "python_plugins" / "modules" / "model_checkpoint.py"
 
 
-def load_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("model_checkpoint", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-model_checkpoint = load_module()
+model_checkpoint = load_module("model_checkpoint")
 
 
 def shard(path: Path, tensor: str, size: int, seed: int) -> None:

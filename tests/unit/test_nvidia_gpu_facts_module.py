@@ -6,31 +6,21 @@ command lines and parses real-format output.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from project_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_PATH = ROOT / "python_plugins" / "modules" / "nvidia_gpu_facts.py"
 STANDIN = ROOT / "lab" / "gpu-standin" / "nvidia-smi"
 FIXTURES = ROOT / "lab" / "gpu-standin" / "fixtures"
 
 
-def load_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nvidia_gpu_facts = load_module()
+nvidia_gpu_facts = load_module("nvidia_gpu_facts")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ Only loopback addresses are used.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import threading
@@ -15,29 +14,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
+from project_modules import load_module
 from sglang_captures import load, server_log
 
-MODULE_PATH = Path(__file__).resolve().parents[2] / "python_plugins" / "modules" / "sglang_inference_check.py"
 CHAT = "/v1/chat/completions"
 MODELS = "/v1/models"
 API_KEY = "sk-test-0123456789abcdef"
 
 
-def _load_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sglang_inference_check", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _load_module()
+MODULE = load_module("sglang_inference_check")
 
 
 @dataclass
