@@ -102,24 +102,36 @@ def test_known_bad_override_is_refused_before_any_change(converged, run_playbook
     assert sum(refused.stats.get("changed", {}).values()) == 0
 
 
+def switch_model(run_playbook, repo: str, limit: str) -> tuple[Run, Run]:
+    """Fetch `repo` on the limited hosts and serve it: the checkpoint stage, then serve.yml."""
+    extravars = {"model_checkpoint_repo": repo}
+    fetched = run_playbook(
+        "playbooks/provision.yml", extravars=extravars, cmdline=f"--limit {limit} --tags checkpoint"
+    )
+    served = run_playbook("playbooks/serve.yml", extravars=extravars, cmdline=f"--limit {limit}")
+    return fetched, served
+
+
 def test_node_serving_a_nan_poisoned_copy_fails_validation_alone(converged, run_playbook) -> None:
     """gpu-node-3 switched to the NaN copy answers '!!!!' with null logprobs while /health stays green."""
     try:
-        poisoned = run_playbook(
-            "site.yml",
-            extravars={"model_checkpoint_repo": "glm5-lab/glm5-lab-tiny-nan"},
-            cmdline="--limit gpu-node-3",
-        )
-        assert poisoned.status == "failed"
-        failed = poisoned.results("Fail the nodes whose answers are bad", "runner_on_failed")
-        assert set(failed) == {"gpu-node-3"}
+        fetched, served = switch_model(run_playbook, "glm5-lab/glm5-lab-tiny-nan", "gpu-node-3")
+        assert fetched.status == "successful", fetched.stats
+        # The poisoned server starts and its health check passes: only the content check can catch it.
+        assert served.status == "successful", served.stats
+        assert served.results("Wait until /health_generate answers 200 (a GLM-5 start takes 7-8 minutes)")
+
+        checked = run_playbook("playbooks/validate.yml")
+        assert checked.status == "failed"
+        failed = checked.results("Fail the nodes whose answers are bad", "runner_on_failed")
+        assert set(failed) == {"gpu-node-3"}, "the healthy nodes must still pass"
         message = failed["gpu-node-3"]["msg"]
         assert message.startswith("gpu-node-3: ")
         assert "!!!!" in message or "logprob" in message
-        verdict = poisoned.results(PROBE_TASK)["gpu-node-3"]
-        assert verdict["passed"] is False
-        assert poisoned.results("Wait until /health_generate answers 200 (a GLM-5 start takes 7-8 minutes)")
+        verdicts = checked.results(PROBE_TASK)
+        assert verdicts["gpu-node-3"]["passed"] is False
+        assert verdicts["gpu-node-1"]["passed"] is True and verdicts["gpu-node-2"]["passed"] is True
     finally:
-        restored = run_playbook("site.yml", cmdline="--limit gpu-node-3")
+        switch_model(run_playbook, "glm5-lab/glm5-lab-tiny", "gpu-node-3")
+    restored = run_playbook("playbooks/validate.yml")
     assert restored.status == "successful", restored.stats
-    assert restored.results(PROBE_TASK)["gpu-node-3"]["passed"] is True
