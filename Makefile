@@ -15,6 +15,8 @@ export ANSIBLE_FORCE_COLOR ?= 0
 
 APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg
 PLAYBOOK := $(BIN)/ansible-playbook
+# Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
+CONTAINER_SCENARIOS := preflight driver gpu-matrix runtime checkpoint
 
 .PHONY: help deps venv image lab-up lab-down deploy test lint unit parser integration molecule clean clean-cache
 
@@ -47,7 +49,8 @@ lab-down: venv ## Remove the lab's containers, network and volumes (and nothing 
 deploy: lab-up ## The main job: ansible-playbook site.yml against the lab.
 	$(PLAYBOOK) site.yml
 
-test: lint unit parser integration molecule ## The test command: lint, unit, parser, integration (lab), molecule.
+test: lint unit parser ## The test command: lint, unit, parser, then integration (lab) beside molecule.
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff.
 	$(BIN)/yamllint --strict .
@@ -61,11 +64,15 @@ unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 
-integration: lab-up ## pytest: playbooks driven through ansible-runner against the lab.
+integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, molecule validate.
+	$(BIN)/molecule test -s default
 	$(BIN)/python -m pytest tests/integration -q
+	$(BIN)/molecule test -s validate
 
-molecule: venv image ## molecule test for every scenario in molecule/.
-	GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test --all
+molecule: venv image ## molecule test for each container scenario (validate runs with integration, on the lab).
+	for scenario in $(CONTAINER_SCENARIOS); do \
+	  GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
+	done
 
 clean: lab-down ## Take the lab down and remove the venv.
 	rm -rf $(VENV)

@@ -1,4 +1,5 @@
-"""site.yml against the lab fleet: converge, idempotence, check mode and preflight refusals."""
+"""site.yml against the converged lab fleet (make integration runs molecule default first, which converges it
+and proves idempotence): real answers, check mode, the fleet summary, and refusals before any change."""
 
 from __future__ import annotations
 
@@ -12,16 +13,14 @@ GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel s
 
 
 @pytest.fixture(scope="module")
-def converged(run_playbook, adhoc) -> tuple[Run, Run, Run]:
-    """site.yml from a state that needs work on gpu-node-1, then again, then once more in check mode."""
-    adhoc("gpu-node-1", "ansible.builtin.file", f"path={FACT_FILE} state=absent")
-    return run_playbook("site.yml"), run_playbook("site.yml"), run_playbook("site.yml", cmdline="--check")
+def converged(run_playbook) -> tuple[Run, Run]:
+    """site.yml on the fleet (converged already, or converged now), then once more in check mode."""
+    return run_playbook("site.yml"), run_playbook("site.yml", cmdline="--check")
 
 
-def test_site_converges_the_fleet(converged) -> None:
-    first, _, _ = converged
+def test_site_reports_every_node(converged) -> None:
+    first, _ = converged
     assert first.status == "successful", first.stats
-    assert first.count("changed", "gpu-node-1") >= 1
     facts = first.results("Gather GPU facts with nvidia-smi")
     assert set(facts) == set(LAB_NODES)
     for host in LAB_NODES:
@@ -34,7 +33,7 @@ PROBE_TASK = "Ask the model the probes and judge its answers"
 
 
 def test_every_node_serves_the_tiny_model_and_answers_correctly(converged) -> None:
-    first, _, _ = converged
+    first, _ = converged
     verdicts = first.results(PROBE_TASK)
     assert set(verdicts) == set(LAB_NODES)
     for host, verdict in verdicts.items():
@@ -46,20 +45,14 @@ def test_every_node_serves_the_tiny_model_and_answers_correctly(converged) -> No
         assert verdict["journal"]["passed"] is True, host
 
 
-def test_second_run_changes_nothing(converged) -> None:
-    _, second, _ = converged
-    assert second.status == "successful"
-    assert {h: second.count("changed", h) for h in LAB_NODES} == dict.fromkeys(LAB_NODES, 0)
-
-
 def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
-    _, _, checked = converged
+    _, checked = converged
     assert checked.status == "successful"
     assert sum(checked.stats.get("changed", {}).values()) == 0
 
 
 def test_fleet_summary_names_every_node(converged) -> None:
-    summary = converged[1].results("Summarize the fleet")
+    summary = converged[0].results("Summarize the fleet")
     lines = next(iter(summary.values()))["msg"]
     assert lines[0].split() == ["host", "gpus", "arch", "driver", "profile", "release", "validated"]
     rows = {line.split()[0]: line for line in lines[1:]}
@@ -100,38 +93,3 @@ def test_known_bad_override_is_refused_before_any_change(converged, run_playbook
     message = " ".join(failed["gpu-node-1"]["msg"])
     assert "sm120-dsa-decode-flashmla-nan" in message and "sglang_allow_known_bad" in message
     assert sum(refused.stats.get("changed", {}).values()) == 0
-
-
-def switch_model(run_playbook, repo: str, limit: str) -> tuple[Run, Run]:
-    """Fetch `repo` on the limited hosts and serve it: the checkpoint stage, then serve.yml."""
-    extravars = {"model_checkpoint_repo": repo}
-    fetched = run_playbook(
-        "playbooks/provision.yml", extravars=extravars, cmdline=f"--limit {limit} --tags checkpoint"
-    )
-    served = run_playbook("playbooks/serve.yml", extravars=extravars, cmdline=f"--limit {limit}")
-    return fetched, served
-
-
-def test_node_serving_a_nan_poisoned_copy_fails_validation_alone(converged, run_playbook) -> None:
-    """gpu-node-3 switched to the NaN copy answers '!!!!' with null logprobs while /health stays green."""
-    try:
-        fetched, served = switch_model(run_playbook, "glm5-lab/glm5-lab-tiny-nan", "gpu-node-3")
-        assert fetched.status == "successful", fetched.stats
-        # The poisoned server starts and its health check passes: only the content check can catch it.
-        assert served.status == "successful", served.stats
-        assert served.results("Wait until /health_generate answers 200 (a GLM-5 start takes 7-8 minutes)")
-
-        checked = run_playbook("playbooks/validate.yml")
-        assert checked.status == "failed"
-        failed = checked.results("Fail the nodes whose answers are bad", "runner_on_failed")
-        assert set(failed) == {"gpu-node-3"}, "the healthy nodes must still pass"
-        message = failed["gpu-node-3"]["msg"]
-        assert message.startswith("gpu-node-3: ")
-        assert "!!!!" in message or "logprob" in message
-        verdicts = checked.results(PROBE_TASK)
-        assert verdicts["gpu-node-3"]["passed"] is False
-        assert verdicts["gpu-node-1"]["passed"] is True and verdicts["gpu-node-2"]["passed"] is True
-    finally:
-        switch_model(run_playbook, "glm5-lab/glm5-lab-tiny", "gpu-node-3")
-    restored = run_playbook("playbooks/validate.yml")
-    assert restored.status == "successful", restored.stats

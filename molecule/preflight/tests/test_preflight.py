@@ -1,4 +1,4 @@
-"""Verify the default scenario: a lab SM120 host after preflight (testinfra, podman backend)."""
+"""Verify the preflight scenario: a lab SM120 host after preflight (testinfra, podman backend)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,52 @@
+"""Verify the default scenario: each lab node runs the real sglang under systemd and answers."""
+
+from __future__ import annotations
+
+import json
+
+SERVER = "http://127.0.0.1:30000"
+
+
+def test_service_is_enabled_and_running(host) -> None:
+    service = host.service("sglang")
+    assert service.is_enabled
+    assert service.is_running
+    assert host.check_output("systemctl show sglang -p User --value") == "sglang"
+
+
+def test_health_generate_answers_200(host) -> None:
+    code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' -m 60 {SERVER}/health_generate")
+    assert code == "200"
+
+
+def test_the_model_answers_four(host) -> None:
+    body = json.dumps(
+        {
+            "model": "default",
+            "messages": [{"role": "user", "content": "What is 2+2? Answer briefly."}],
+            "temperature": 0,
+            "max_tokens": 64,
+        }
+    )
+    raw = host.check_output(
+        f"curl -s -m 120 -H 'Content-Type: application/json' -d '{body}' {SERVER}/v1/chat/completions"
+    )
+    choice = json.loads(raw)["choices"][0]
+    assert choice["message"]["content"] == "4"
+    assert choice["finish_reason"] == "stop"
+
+
+def test_exec_start_is_the_cpu_profile_on_the_current_lane(host) -> None:
+    shown = host.check_output("systemctl show sglang -p ExecStart --value")
+    argv = shown.split("argv[]=", 1)[1].split(" ;")[0]
+    assert argv.startswith("/opt/sglang/releases/0.5.23-")
+    for flag in (
+        "--device cpu",
+        "--attention-backend torch_native",
+        "--cuda-graph-backend-decode disabled",
+        "--reasoning-parser glm45",
+        "--sleep-on-idle",
+        "--enable-metrics",
+    ):
+        assert flag in argv, flag
+    assert "--disable-cuda-graph" not in argv and "--nsa-" not in argv
