@@ -18,7 +18,7 @@ PLAYBOOK := $(BIN)/ansible-playbook
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix runtime checkpoint
 
-.PHONY: help deps venv image lab-up lab-down deploy test lint unit parser integration molecule clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test lint unit parser integration molecule clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,7 +40,12 @@ $(VENV)/.installed: requirements/control.txt requirements/control.lock
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image
 
-lab-up: deps venv image ## Bring the lab fleet up (idempotent).
+lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing: apt repo, wheelhouse, tiny model, HF mirror.
+	lab/bin/build-apt-repo
+	lab/bin/build-wheelhouse >/dev/null
+	lab/bin/build-hf-mirror >/dev/null
+
+lab-up: lab-artifacts ## Bring the lab fleet up (idempotent).
 	$(PLAYBOOK) lab/playbooks/lab.yml
 
 lab-down: venv ## Remove the lab's containers, network and volumes (and nothing else).
@@ -69,7 +74,7 @@ integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence)
 	$(BIN)/python -m pytest tests/integration -q
 	$(BIN)/molecule test -s validate
 
-molecule: venv image ## molecule test for each container scenario (validate runs with integration, on the lab).
+molecule: lab-artifacts ## molecule test for each container scenario (validate runs with integration, on the lab).
 	for scenario in $(CONTAINER_SCENARIOS); do \
 	  GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
