@@ -43,6 +43,7 @@ image: deps ## Build the lab's systemd image when it is missing (cached in ~/.ca
 lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing: apt repo, wheelhouse, tiny model, HF mirror.
 	lab/bin/build-apt-repo
 	lab/bin/build-wheelhouse >/dev/null
+	lab/bin/build-wheelhouse smg-1.13.0 >/dev/null
 	lab/bin/build-hf-mirror >/dev/null
 
 lab-up: lab-artifacts ## Bring the lab fleet up (idempotent).

@@ -18,6 +18,8 @@
         -> the lines that are real problems
     {{ find_result.files | sglang_releases_to_prune(keep, protected_names) }}
         -> the release directories to delete, oldest first
+    {{ wheelhouse | sglang_pip_source_args }} / {{ wheelhouse | sglang_pip_environment }}
+        -> pip's source arguments and environment for a wheelhouse ("" or none: PyPI)
 
 Errors raise AnsibleFilterError with the message from module_utils (it names the key, the value, the version
 and the fix).
@@ -48,6 +50,8 @@ from ansible.module_utils.sglang_flags import (  # noqa: E402
 from ansible.module_utils.sglang_known_bad import guard, load_known_bad, match_known_bad  # noqa: E402
 from ansible.module_utils.sglang_release import (  # noqa: E402
     pip_check_problems,
+    pip_environment,
+    pip_source_args,
     plan_release,
     read_requirements,
     releases_to_prune,
@@ -184,6 +188,16 @@ def sglang_releases_to_prune(
     return [str(by_name[name]["path"]) for name in doomed]
 
 
+def sglang_pip_source_args(wheelhouse: str | None) -> list[str]:
+    """pip's source arguments for a wheelhouse (offline: --no-index --find-links), or none for PyPI."""
+    return pip_source_args(wheelhouse, None)
+
+
+def sglang_pip_environment(wheelhouse: str | None) -> dict[str, str]:
+    """pip's environment; with a wheelhouse the host's pip configuration cannot add indexes."""
+    return pip_environment(bool((wheelhouse or "").strip()))
+
+
 class FilterModule:
     """sglang launch filters."""
 
@@ -198,6 +212,8 @@ class FilterModule:
             "sglang_requirements": _wrap(sglang_requirements),
             "sglang_pip_check_problems": _wrap(sglang_pip_check_problems),
             "sglang_releases_to_prune": _wrap(sglang_releases_to_prune),
+            "sglang_pip_source_args": _wrap(sglang_pip_source_args),
+            "sglang_pip_environment": _wrap(sglang_pip_environment),
         }
 
 

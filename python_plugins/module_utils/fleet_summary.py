@@ -21,7 +21,10 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
     names = gpu.get("names") or []
     gpus = f"{gpu['count']}x {names[0]}" if gpu.get("count") and names else "-"
     validation = hostvars.get("sglang_validate_result")
-    validated = "-" if validation is None else ("passed" if validation.get("passed") else "FAILED")
+    if validation is None or validation.get("skipped"):  # not run, or a multi-node replica's rank > 0
+        validated = "-"
+    else:
+        validated = "passed" if validation.get("passed") else "FAILED"
     return {
         "host": host,
         "gpus": gpus,
@@ -57,7 +60,7 @@ def _short(text: Any, width: int) -> str:
 
 def validation_rows(host: str, validation: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """One row per probe of a host's inference-check result; an unchecked host gets one row."""
-    if not validation:
+    if not validation or validation.get("skipped"):
         return [{"host": host, "probe": "-", "verdict": "not checked"}]
     probes = validation.get("probes") or []
     if not probes:

@@ -82,3 +82,11 @@ def test_row_names_the_release_and_the_resolved_profile() -> None:
     assert row["release"] == "0.5.9-0123456789ab"
     launch["validated_on_hardware"] = False
     assert host_row("n1", {"sglang_launch": launch})["profile"] == "sm120/seed(unvalidated)"
+
+
+def test_a_skipped_check_is_not_a_failure() -> None:
+    from ansible.module_utils.fleet_summary import validation_rows
+
+    skipped = {"skipped": True, "changed": False}
+    assert host_row("n2", {"sglang_validate_result": skipped})["validated"] == "-"
+    assert validation_rows("n2", skipped)[0]["verdict"] == "not checked"

@@ -1,0 +1,129 @@
+"""Filters over the serving topology: replicas, multi-node ranks, rolling batches, the router's workers.
+
+    {{ groups | sglang_topology }}
+        -> {replicas: [{name, hosts, leader}], hosts: {host: {replica, rank, nnodes, leader}}}
+    {{ topology | sglang_node_settings(inventory_hostname, hostvars, dist_port) }}
+        -> {} or {nnodes, node_rank, dist_init_addr} (rank 0's address)
+    {{ topology | sglang_rolling_batches(ansible_play_hosts_all, replicas_per_batch) }}
+        -> {hosts: [replica by replica], serial: [batch sizes], batches}
+    {{ topology | sglang_router_workers(hostvars) }}
+        -> the URL of every replica's rank 0
+    {{ workers_answer | sglang_router_registration(wanted_urls, prune) }}
+        -> {add: [url], remove: [{id, url}], changed}
+    {{ workers_answer | sglang_router_worker(url) }} -> the worker's entry or None
+    {{ workers_answer | sglang_router_healthy }} -> URLs of the healthy, ready workers
+    {{ v1_loads_answer | sglang_in_flight }} -> requests running or waiting on an sglang server
+
+A node's address, for its peers and the router: sglang_server_advertise_host, else ansible_host, else its
+name.
+Logic: module_utils/fleet_topology.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import ansible.module_utils
+from ansible.errors import AnsibleFilterError
+
+# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
+_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
+
+from ansible.module_utils.fleet_topology import (  # noqa: E402
+    TopologyError,
+    find_worker,
+    healthy_workers,
+    in_flight_requests,
+    node_settings,
+    registration_plan,
+    replica_topology,
+    rolling_batches,
+    worker_url,
+)
+
+DEFAULT_PORT = 30000
+
+
+def _address(hostvars: Any, host: str) -> str:
+    own = hostvars[host]
+    return str(own.get("sglang_server_advertise_host") or own.get("ansible_host") or host)
+
+
+def _guard(func: Any, *args: Any) -> Any:
+    try:
+        return func(*args)
+    except TopologyError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def sglang_topology(groups: Mapping[str, Sequence[str]], node_group: str = "sglang_nodes") -> dict[str, Any]:
+    """The replicas of ``groups[node_group]``, from the ``sglang_replica_*`` groups."""
+    plain = {str(k): [str(h) for h in v] for k, v in groups.items()}
+    return _guard(replica_topology, plain.get(node_group, []), plain)
+
+
+def sglang_node_settings(
+    topology: Mapping[str, Any], host: str, hostvars: Any, dist_port: int
+) -> dict[str, Any]:
+    """--nnodes/--node-rank/--dist-init-addr for ``host`` (none for a single-node replica)."""
+    place = topology["hosts"].get(host)
+    if place is None:  # not a serving node (a role test's lone host): a replica of its own
+        return {}
+    return _guard(node_settings, topology, host, _address(hostvars, place["leader"]), int(dist_port))
+
+
+def sglang_rolling_batches(
+    topology: Mapping[str, Any], hosts: Sequence[str], per_batch: int = 1
+) -> dict[str, Any]:
+    """The play's hosts in replica order, cut into batches of whole replicas."""
+    return _guard(rolling_batches, topology, [str(h) for h in hosts], int(per_batch))
+
+
+def sglang_router_workers(topology: Mapping[str, Any], hostvars: Any) -> list[str]:
+    """The URL of every replica's rank 0, the only node of a replica that serves HTTP."""
+    urls = []
+    for replica in topology["replicas"]:
+        leader = replica["leader"]
+        port = hostvars[leader].get("sglang_server_port") or DEFAULT_PORT
+        urls.append(worker_url(_address(hostvars, leader), port))
+    return urls
+
+
+def sglang_router_registration(listing: Mapping[str, Any], wanted: Sequence[str], prune: bool = True) -> dict:
+    """The POSTs and DELETEs that make the router's workers match ``wanted``."""
+    return registration_plan(listing, [str(u) for u in wanted], bool(prune))
+
+
+def sglang_router_worker(listing: Mapping[str, Any], url: str) -> dict[str, Any] | None:
+    """The router's entry for ``url`` (id, status, is_healthy, load), or None."""
+    return find_worker(listing, str(url))
+
+
+def sglang_router_healthy(listing: Mapping[str, Any]) -> list[str]:
+    """URLs of the workers the router routes to."""
+    return healthy_workers(listing)
+
+
+def sglang_in_flight(loads: Mapping[str, Any]) -> int:
+    """Requests running or waiting on a server, from its ``GET /v1/loads`` answer."""
+    return in_flight_requests(loads)
+
+
+class FilterModule:
+    """glm5-deploy topology and router filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_topology": sglang_topology,
+            "sglang_node_settings": sglang_node_settings,
+            "sglang_rolling_batches": sglang_rolling_batches,
+            "sglang_router_workers": sglang_router_workers,
+            "sglang_router_registration": sglang_router_registration,
+            "sglang_router_worker": sglang_router_worker,
+            "sglang_router_healthy": sglang_router_healthy,
+            "sglang_in_flight": sglang_in_flight,
+        }

@@ -1,0 +1,182 @@
+"""The serving topology from the inventory: replicas, ranks, router workers, rolling-update batches.
+
+A replica is one sglang server: one node, or several nodes that run one tensor-parallel model
+together (``--nnodes``/``--node-rank``/``--dist-init-addr``). Multi-node replicas are inventory groups whose
+name starts with ``sglang_replica_``; their hosts are ranked in the group's inventory order, and rank 0
+(the leader) is the replica's HTTP endpoint. A node of ``sglang_nodes`` in no such group is a replica
+of its own.
+
+Pure functions over plain data, so the same code serves the filters, the modules and the unit tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+REPLICA_GROUP_PREFIX = "sglang_replica_"
+
+
+class TopologyError(ValueError):
+    """An inventory that does not describe a valid topology."""
+
+
+def replica_topology(
+    nodes: Sequence[str], groups: Mapping[str, Sequence[str]], prefix: str = REPLICA_GROUP_PREFIX
+) -> dict[str, Any]:
+    """Replicas of ``nodes`` (in inventory order) from the ``<prefix>*`` groups of ``groups``.
+
+    Returns ``{"replicas": [{"name", "hosts", "leader"}], "hosts": {host: {"replica", "rank", "nnodes",
+    "leader"}}}``. Replicas come in the order of their first host in ``nodes``.
+    """
+    node_set = set(nodes)
+    owner: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for group in sorted(g for g in groups if g.startswith(prefix)):
+        hosts = list(dict.fromkeys(groups[group]))
+        if not hosts:
+            continue
+        strangers = [h for h in hosts if h not in node_set]
+        if strangers:
+            raise TopologyError(
+                f"replica group {group} has host(s) {', '.join(strangers)} outside the serving nodes; "
+                "every member of a replica must also be in sglang_nodes"
+            )
+        for host in hosts:
+            if host in owner:
+                raise TopologyError(
+                    f"{host} is in two replica groups ({owner[host]} and {group}); a node serves one replica"
+                )
+            owner[host] = group
+        members[group] = hosts
+    replicas: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for node in nodes:
+        name = owner.get(node, node)
+        if name in seen:
+            continue
+        seen.add(name)
+        hosts = members.get(name, [node])
+        replicas.append(
+            {
+                "name": name.removeprefix(prefix) if name in members else name,
+                "hosts": hosts,
+                "leader": hosts[0],
+            }
+        )
+    by_host = {
+        host: {"replica": r["name"], "rank": rank, "nnodes": len(r["hosts"]), "leader": r["leader"]}
+        for r in replicas
+        for rank, host in enumerate(r["hosts"])
+    }
+    return {"replicas": replicas, "hosts": by_host}
+
+
+def node_settings(
+    topology: Mapping[str, Any], host: str, leader_address: str, dist_port: int
+) -> dict[str, Any]:
+    """The sglang settings that place ``host`` in its replica: empty for a single-node replica."""
+    place = topology["hosts"].get(host)
+    if place is None:
+        raise TopologyError(f"{host} is not a serving node (not in sglang_nodes)")
+    if place["nnodes"] == 1:
+        return {}
+    if not 0 < int(dist_port) < 65536:
+        raise TopologyError(f"sglang_server_dist_port {dist_port!r} is not a TCP port")
+    host_part = f"[{leader_address}]" if ":" in leader_address else leader_address
+    address = f"{host_part}:{dist_port}"
+    return {"nnodes": place["nnodes"], "node_rank": place["rank"], "dist_init_addr": address}
+
+
+def rolling_batches(
+    topology: Mapping[str, Any], hosts: Iterable[str], replicas_per_batch: int = 1
+) -> dict[str, Any]:
+    """Order ``hosts`` (the play's hosts) replica by replica, and cut them into batches of whole replicas.
+
+    Returns ``{"hosts": [...], "serial": [batch sizes in hosts]}``: the play's ``serial`` as a list makes
+    every batch exactly ``replicas_per_batch`` replicas. A host set that splits a replica is refused.
+    """
+    if int(replicas_per_batch) < 1:
+        raise TopologyError(
+            f"sglang_rolling_replicas_per_batch must be 1 or more, got {replicas_per_batch!r}"
+        )
+    wanted = set(hosts)
+    chosen = []
+    for replica in topology["replicas"]:
+        inside = [h for h in replica["hosts"] if h in wanted]
+        if inside and len(inside) != len(replica["hosts"]):
+            missing = [h for h in replica["hosts"] if h not in wanted]
+            raise TopologyError(
+                f"the play would update replica {replica['name']} only in part (without "
+                f"{', '.join(missing)}); --limit whole replicas"
+            )
+        if inside:
+            chosen.append(replica)
+    unknown = sorted(wanted - {h for r in chosen for h in r["hosts"]})
+    if unknown:
+        raise TopologyError(f"{', '.join(unknown)} not in sglang_nodes: nothing to roll there")
+    per = int(replicas_per_batch)
+    batches = [chosen[i : i + per] for i in range(0, len(chosen), per)]
+    return {
+        "hosts": [h for r in chosen for h in r["hosts"]],
+        "serial": [sum(len(r["hosts"]) for r in batch) for batch in batches],
+        "batches": math.ceil(len(chosen) / per) if chosen else 0,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------
+# The router's worker list
+# --------------------------------------------------------------------------------------------------------
+
+
+def worker_url(address: str, port: int | str, scheme: str = "http") -> str:
+    """The URL the router sends a replica's requests to."""
+    host_part = f"[{address}]" if ":" in address else address
+    return f"{scheme}://{host_part}:{int(port)}"
+
+
+def _norm(url: str) -> str:
+    return url.rstrip("/")
+
+
+def find_worker(listing: Mapping[str, Any], url: str) -> dict[str, Any] | None:
+    """The entry of ``url`` in a ``GET /workers`` answer, or None."""
+    for worker in listing.get("workers") or []:
+        if _norm(str(worker.get("url", ""))) == _norm(url):
+            return dict(worker)
+    return None
+
+
+def registration_plan(listing: Mapping[str, Any], wanted: Sequence[str], prune: bool) -> dict[str, Any]:
+    """What to POST and DELETE so that the router serves exactly ``wanted`` (or at least, with no prune).
+
+    ``listing`` is the router's ``GET /workers`` answer. A wanted URL already registered is left alone, so a
+    second run adds nothing; with ``prune``, registered URLs that are not wanted are removed by id.
+    """
+    registered = {_norm(str(w.get("url", ""))): w for w in listing.get("workers") or []}
+    want = list(dict.fromkeys(_norm(u) for u in wanted))
+    add = [u for u in want if u not in registered]
+    remove = (
+        [{"id": w["id"], "url": url} for url, w in registered.items() if url not in want and "id" in w]
+        if prune
+        else []
+    )
+    return {"add": add, "remove": remove, "changed": bool(add or remove)}
+
+
+def healthy_workers(listing: Mapping[str, Any]) -> list[str]:
+    """URLs of the workers the router would route to: healthy and not draining."""
+    return [
+        _norm(str(w.get("url", "")))
+        for w in listing.get("workers") or []
+        if w.get("is_healthy") and str(w.get("status", "ready")) not in ("draining", "not_ready")
+    ]
+
+
+def in_flight_requests(loads: Mapping[str, Any]) -> int:
+    """Running plus waiting requests over every DP rank of an sglang ``GET /v1/loads`` answer."""
+    return sum(
+        int(rank.get("num_running_reqs") or 0) + int(rank.get("num_waiting_reqs") or 0)
+        for rank in loads.get("loads") or []
+    )

@@ -1,0 +1,138 @@
+"""Replicas, ranks, rolling batches and the router's worker plan, from the inventory."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils.fleet_topology import (
+    TopologyError,
+    find_worker,
+    healthy_workers,
+    node_settings,
+    registration_plan,
+    replica_topology,
+    rolling_batches,
+    worker_url,
+)
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def test_every_node_is_its_own_replica_without_replica_groups() -> None:
+    topo = replica_topology(["a", "b"], {"sglang_nodes": ["a", "b"], "all": ["a", "b"]})
+    assert [r["hosts"] for r in topo["replicas"]] == [["a"], ["b"]]
+    assert topo["hosts"]["b"] == {"replica": "b", "rank": 0, "nnodes": 1, "leader": "b"}
+
+
+def test_a_replica_group_ranks_its_hosts_in_inventory_order() -> None:
+    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n3", "n2"], "other": ["n1"]})
+    assert [(r["name"], r["hosts"]) for r in topo["replicas"]] == [
+        ("n1", ["n1"]),
+        ("tp16", ["n3", "n2"]),
+        ("n4", ["n4"]),
+    ]
+    assert topo["hosts"]["n3"] == {"replica": "tp16", "rank": 0, "nnodes": 2, "leader": "n3"}
+    assert topo["hosts"]["n2"]["rank"] == 1
+
+
+def test_a_node_in_two_replicas_is_refused() -> None:
+    with pytest.raises(TopologyError, match="n2 is in two replica groups"):
+        replica_topology(NODES, {"sglang_replica_a": ["n1", "n2"], "sglang_replica_b": ["n2", "n3"]})
+
+
+def test_a_replica_member_outside_the_serving_nodes_is_refused() -> None:
+    with pytest.raises(TopologyError, match=r"host\(s\) gw outside the serving nodes"):
+        replica_topology(NODES, {"sglang_replica_a": ["n1", "gw"]})
+
+
+def test_an_empty_replica_group_is_ignored() -> None:
+    assert len(replica_topology(NODES, {"sglang_replica_none": []})["replicas"]) == 4
+
+
+def test_node_settings_render_ranks_and_the_leaders_address() -> None:
+    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n1", "n2"]})
+    assert node_settings(topo, "n1", "10.0.0.1", 20000) == {
+        "nnodes": 2,
+        "node_rank": 0,
+        "dist_init_addr": "10.0.0.1:20000",
+    }
+    assert node_settings(topo, "n2", "10.0.0.1", 20000)["node_rank"] == 1
+    assert node_settings(topo, "n3", "10.0.0.3", 20000) == {}
+    assert node_settings(topo, "n2", "fd00::1", 20000)["dist_init_addr"] == "[fd00::1]:20000"
+
+
+@pytest.mark.parametrize("port", [0, 70000])
+def test_node_settings_refuse_a_bad_port(port: int) -> None:
+    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n1", "n2"]})
+    with pytest.raises(TopologyError, match="not a TCP port"):
+        node_settings(topo, "n1", "10.0.0.1", port)
+
+
+def test_node_settings_refuse_a_host_outside_the_fleet() -> None:
+    with pytest.raises(TopologyError, match="not a serving node"):
+        node_settings(replica_topology(NODES, {}), "gw", "x", 1)
+
+
+def test_rolling_batches_are_whole_replicas() -> None:
+    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n2", "n3"]})
+    plan = rolling_batches(topo, ["n4", "n3", "n2", "n1"])
+    assert plan["hosts"] == ["n1", "n2", "n3", "n4"]
+    assert plan["serial"] == [1, 2, 1]
+    assert rolling_batches(topo, NODES, 2)["serial"] == [3, 1]
+
+
+def test_rolling_batches_refuse_a_limit_that_splits_a_replica() -> None:
+    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n2", "n3"]})
+    with pytest.raises(TopologyError, match=r"replica tp16 only in part \(without n3"):
+        rolling_batches(topo, ["n1", "n2"])
+
+
+def test_rolling_batches_follow_the_limit_and_refuse_strangers() -> None:
+    topo = replica_topology(NODES, {})
+    assert rolling_batches(topo, ["n3"])["serial"] == [1]
+    with pytest.raises(TopologyError, match="gw not in sglang_nodes"):
+        rolling_batches(topo, ["n3", "gw"])
+    with pytest.raises(TopologyError, match="1 or more"):
+        rolling_batches(topo, ["n3"], 0)
+
+
+LISTING = {
+    "workers": [
+        {"id": "u1", "url": "http://n1:30000", "is_healthy": True, "status": "ready", "load": 0},
+        {"id": "u2", "url": "http://old:30000/", "is_healthy": False, "status": "not_ready", "load": 0},
+        {"id": "u3", "url": "http://n3:30000", "is_healthy": True, "status": "draining", "load": 2},
+    ],
+    "total": 3,
+}
+
+
+def test_registration_adds_only_what_is_missing_and_prunes_on_request() -> None:
+    wanted = ["http://n1:30000", "http://n2:30000", "http://n3:30000"]
+    plan = registration_plan(LISTING, wanted, prune=True)
+    assert plan == {
+        "add": ["http://n2:30000"],
+        "remove": [{"id": "u2", "url": "http://old:30000"}],
+        "changed": True,
+    }
+    assert registration_plan(LISTING, wanted, prune=False)["remove"] == []
+
+
+def test_registration_of_what_is_there_changes_nothing() -> None:
+    plan = registration_plan(LISTING, ["http://n1:30000/", "http://old:30000", "http://n3:30000"], prune=True)
+    assert plan == {"add": [], "remove": [], "changed": False}
+    assert registration_plan({"workers": []}, [], prune=True)["changed"] is False
+
+
+def test_workers_are_found_by_url_and_only_ready_healthy_ones_count() -> None:
+    assert find_worker(LISTING, "http://old:30000")["id"] == "u2"
+    assert find_worker(LISTING, "http://nope:1") is None
+    assert healthy_workers(LISTING) == ["http://n1:30000"]
+    assert worker_url("gpu-node-1", "30000") == "http://gpu-node-1:30000"
+    assert worker_url("fd00::2", 1, "https") == "https://[fd00::2]:1"
+
+
+def test_in_flight_counts_running_and_waiting_over_dp_ranks() -> None:
+    from ansible.module_utils.fleet_topology import in_flight_requests
+
+    answer = {"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1}, {"dp_rank": 1}]}
+    assert in_flight_requests(answer) == 3
+    assert in_flight_requests({"loads": []}) == 0
