@@ -70,12 +70,14 @@ unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 
-integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, molecule validate.
+integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, validate, rolling, rollback.
 	$(BIN)/molecule test -s default
 	$(BIN)/python -m pytest tests/integration -q
 	$(BIN)/molecule test -s validate
+	$(BIN)/molecule test -s rolling
+	$(BIN)/molecule test -s rollback
 
-molecule: lab-artifacts ## molecule test for each container scenario (validate runs with integration, on the lab).
+molecule: lab-artifacts ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
 	for scenario in $(CONTAINER_SCENARIOS); do \
 	  GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
