@@ -52,6 +52,7 @@ from ansible.module_utils.sglang_release import (  # noqa: E402
     pip_check_problems,
     pip_environment,
     pip_source_args,
+    pip_source_environment,
     plan_release,
     read_requirements,
     releases_to_prune,
@@ -194,8 +195,9 @@ def sglang_pip_source_args(wheelhouse: str | None) -> list[str]:
 
 
 def sglang_pip_environment(wheelhouse: str | None) -> dict[str, str]:
-    """pip's environment; with a wheelhouse the host's pip configuration cannot add indexes."""
-    return pip_environment(bool((wheelhouse or "").strip()))
+    """pip's environment, with the wheelhouse as PIP_* variables; with a wheelhouse the host's pip
+    configuration cannot add indexes."""
+    return {**pip_environment(bool((wheelhouse or "").strip())), **pip_source_environment(wheelhouse)}
 
 
 class FilterModule:

@@ -291,6 +291,24 @@ def pip_source_args(wheelhouse: str | None, torch_index: str | None) -> list[str
     return ["--extra-index-url", index]
 
 
+def pip_source_environment(wheelhouse: str | None) -> dict[str, str]:
+    """pip_source_args as pip's environment variables (PIP_NO_INDEX, PIP_FIND_LINKS, PIP_TRUSTED_HOST).
+
+    ansible.builtin.pip reports every run with extra_args as changed in check mode; options given through
+    the environment keep its check mode exact.
+    """
+    args = pip_source_args(wheelhouse, None)
+    env: dict[str, str] = {}
+    for option, value in zip(args, [*args[1:], ""], strict=False):
+        if option == "--no-index":
+            env["PIP_NO_INDEX"] = "1"
+        elif option == "--find-links":
+            env["PIP_FIND_LINKS"] = value
+        elif option == "--trusted-host":
+            env["PIP_TRUSTED_HOST"] = value
+    return env
+
+
 def pip_environment(offline: bool) -> dict[str, str]:
     """The environment pip runs in. Offline, the host's pip configuration cannot add indexes or links."""
     env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_PROGRESS_BAR": "off"}

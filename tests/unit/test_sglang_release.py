@@ -466,3 +466,15 @@ def test_prune_filter_takes_find_results_and_link_targets() -> None:
         "/opt/sglang/releases/0.5.21-000000000000"
     ]
     assert FILTERS["sglang_pip_check_problems"](LAB_PIP_CHECK, ["sglang==0.5.23"]) == []
+
+
+def test_pip_source_environment_mirrors_the_source_arguments() -> None:
+    from ansible.module_utils.sglang_release import pip_source_environment
+
+    assert pip_source_environment("http://lab-gateway:8080/wheels/smg-1.13.0/") == {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": "http://lab-gateway:8080/wheels/smg-1.13.0/",
+        "PIP_TRUSTED_HOST": "lab-gateway",
+    }
+    assert pip_source_environment("/srv/wheels") == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/srv/wheels"}
+    assert pip_source_environment("") == {}
