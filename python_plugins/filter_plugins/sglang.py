@@ -100,6 +100,9 @@ def sglang_profile(
     environment_overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The resolved launch profile for arch on lane (None/'' = the arch's default lane)."""
+    for var, value in (("sglang_settings", overrides), ("sglang_environment", environment_overrides)):
+        if value is not None and not isinstance(value, Mapping):
+            raise SglangFlagError(f"{var} must be a mapping, got a {type(value).__name__}: {value!r}")
     return resolve_profile(
         load_profiles(),
         str(arch),

@@ -13,9 +13,11 @@
     {{ workers_answer | sglang_router_worker(url) }} -> the worker's entry or None
     {{ workers_answer | sglang_router_healthy }} -> URLs of the healthy, ready workers
     {{ v1_loads_answer | sglang_in_flight }} -> requests running or waiting on an sglang server
+    {{ hostvars | sglang_server_bind_host(inventory_hostname) }} -> the address the server binds to
+    {{ hostvars | sglang_server_local_url(inventory_hostname) }} -> its URL from its own machine
 
 A node's address, for its peers and the router: sglang_server_advertise_host, else ansible_host, else its
-name.
+name. The server binds to sglang_server_host, else that address (never 0.0.0.0 unless asked).
 Logic: module_utils/fleet_topology.py.
 """
 
@@ -33,6 +35,7 @@ _MU = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
+from ansible.module_utils.fleet_inputs import connect_host  # noqa: E402
 from ansible.module_utils.fleet_topology import (  # noqa: E402
     TopologyError,
     find_worker,
@@ -93,6 +96,17 @@ def sglang_router_workers(topology: Mapping[str, Any], hostvars: Any) -> list[st
     return urls
 
 
+def sglang_server_bind_host(hostvars: Any, host: str) -> str:
+    """The address ``host``'s server binds to: sglang_server_host, else the node's advertised address."""
+    return str(hostvars[host].get("sglang_server_host") or _address(hostvars, host))
+
+
+def sglang_server_local_url(hostvars: Any, host: str) -> str:
+    """The URL that reaches ``host``'s server from ``host`` itself (a wildcard bind: on loopback)."""
+    port = hostvars[host].get("sglang_server_port") or DEFAULT_PORT
+    return f"http://{connect_host(sglang_server_bind_host(hostvars, host))}:{int(port)}"
+
+
 def sglang_router_registration(listing: Mapping[str, Any], wanted: Sequence[str], prune: bool = True) -> dict:
     """The POSTs and DELETEs that make the router's workers match ``wanted``."""
     return registration_plan(listing, [str(u) for u in wanted], bool(prune))
@@ -126,4 +140,6 @@ class FilterModule:
             "sglang_router_worker": sglang_router_worker,
             "sglang_router_healthy": sglang_router_healthy,
             "sglang_in_flight": sglang_in_flight,
+            "sglang_server_bind_host": sglang_server_bind_host,
+            "sglang_server_local_url": sglang_server_local_url,
         }

@@ -238,12 +238,13 @@ def render_sglang_args(
     for key in settings:
         if not isinstance(key, str) or not _KEY_RE.match(key):
             raise SglangFlagError(
-                f"sglang setting {key!r} is not a flag name: use the long flag name with dashes as "
+                f"sglang_settings.{key} is not a flag name: use the long flag name with dashes as "
                 "underscores (e.g. dsa_decode_backend)"
             )
     renames: Mapping[str, str] = dialect.get("renames") or {}
     value_maps: Mapping[str, Mapping[Any, Any]] = dialect.get("values") or {}
     flags: Mapping[str, Mapping[str, Any]] | None = dialect.get("flags")
+    json_flags = set(dialect.get("json_flags") or ())
 
     # Combine rules see the settings as given (None = absent); their output flags are already in the
     # version's own names.
@@ -268,38 +269,47 @@ def render_sglang_args(
         if flags is not None:
             if flag not in flags:
                 raise SglangFlagError(
-                    f"sglang setting {key!r} ({flag}) is not known to sglang {version}; check the spelling "
+                    f"sglang_settings.{key} ({flag}) is not known to sglang {version}; check the spelling "
                     f"against python_plugins/data/{dialect.get('flags_file')} or add a mapping to the "
                     "dialect in python_plugins/data/lanes.yml"
                 )
             spec = flags[flag]
         if flag in rendered:
             raise SglangFlagError(
-                f"sglang settings {origin[flag]!r} and {key!r} both render to {flag} on sglang {version}"
+                f"sglang_settings.{origin[flag]} and sglang_settings.{key} both render to {flag} on "
+                f"sglang {version}"
             )
         takes_value = spec.get("takes_value", value is not True)
         if value is True:
             if takes_value and spec.get("nargs") != "?":
                 raise SglangFlagError(
-                    f"sglang setting {key!r} ({flag}) needs a value on sglang {version}, got true"
+                    f"sglang_settings.{key} ({flag}) needs a value on sglang {version}, got true"
                 )
             args = [flag]
         else:
             if flags is not None and not takes_value:
                 raise SglangFlagError(
-                    f"sglang setting {key!r} ({flag}) is a switch on sglang {version}: set it to true or "
+                    f"sglang_settings.{key} ({flag}) is a switch on sglang {version}: set it to true or "
                     f"false, not {value!r}"
                 )
             if isinstance(value, (list, tuple)) and spec.get("nargs") in ("+", "*"):
                 values = [_render_value(item) for item in value]
             else:
                 values = [_render_value(value)]
+            if flag in json_flags and isinstance(value, str):
+                try:
+                    json.loads(value)
+                except ValueError as exc:
+                    raise SglangFlagError(
+                        f"sglang_settings.{key} ({flag}) is not valid JSON ({exc.msg} at character "
+                        f"{exc.pos}): {value!r}; give a mapping or a JSON string"
+                    ) from exc
             choices = spec.get("choices")
             if choices is not None:
                 bad = [item for item in values if item not in choices]
                 if bad:
                     raise SglangFlagError(
-                        f"sglang setting {key!r} ({flag}) value {bad[0]!r} is not accepted by sglang "
+                        f"sglang_settings.{key} ({flag}) value {bad[0]!r} is not accepted by sglang "
                         f"{version}; "
                         f"choices: {', '.join(choices)}"
                     )

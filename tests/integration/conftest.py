@@ -14,9 +14,24 @@ from typing import Any
 
 import ansible_runner
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+
+# The lab's secrets (lab values in inventory/lab/group_vars, handled by the roles exactly like vault values).
+_LAB_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml").read_text())
+_ROUTER_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "sglang_router.yml").read_text())
+SECRETS = {
+    "sglang_server_api_key": _LAB_VARS["sglang_server_api_key"],
+    "model_checkpoint_hf_token": _LAB_VARS["model_checkpoint_hf_token"],
+    "sglang_router_admin_key": _ROUTER_VARS["sglang_router_admin_key"],
+}
+
+
+def leaks(text: str) -> list[str]:
+    """The names of the lab secrets that appear in ``text``."""
+    return [name for name, value in SECRETS.items() if value and value in text]
 
 
 @dataclass
@@ -27,6 +42,7 @@ class Run:
     status: str
     stats: dict[str, dict[str, int]]
     events: list[dict[str, Any]]
+    stdout: str = ""
 
     def count(self, kind: str, host: str) -> int:
         """Per-host stat ('changed', 'failures', 'ok', ...) from the play recap."""
@@ -60,20 +76,39 @@ def run_playbook(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iter
 
     tmp_path = tmp_path_factory.mktemp("runner")
 
-    def _run(playbook: str, extravars: dict[str, Any] | None = None, cmdline: str = "") -> Run:
+    def _run(
+        playbook: str,
+        extravars: dict[str, Any] | None = None,
+        cmdline: str = "",
+        inventory: str | Path | None = None,
+        verbosity: int = 0,
+    ) -> Run:
         private = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
         private.mkdir()
         runner = ansible_runner.run(
             private_data_dir=str(private),
             project_dir=str(ROOT),
             playbook=str(ROOT / playbook),
-            inventory=str(ROOT / "inventory" / "lab"),
+            inventory=str(inventory or ROOT / "inventory" / "lab"),
             extravars=extravars or {},
             cmdline=cmdline or None,
-            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+            verbosity=verbosity or None,
+            envvars={
+                "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                "ANSIBLE_NOCOLOR": "1",
+                # An inventory outside inventory/lab (a test's own) still finds the lab's scripts.
+                "GLM5_LAB_DIR": str(ROOT / "lab"),
+            },
             quiet=True,
         )
-        run = Run(runner.rc, runner.status, runner.stats or {}, list(runner.events))
+        stdout = (private / "artifacts").glob("*/stdout")
+        run = Run(
+            runner.rc,
+            runner.status,
+            runner.stats or {},
+            list(runner.events),
+            "".join(p.read_text(errors="replace") for p in stdout),
+        )
         shutil.rmtree(private / "artifacts", ignore_errors=True)
         return run
 

@@ -53,3 +53,51 @@ def test_every_default_has_a_comment(role: Path) -> None:
         if line and not line.startswith((" ", "#", "-")) and ":" in line:
             above = lines[number - 1] if number else ""
             assert above.startswith("#"), f"{role.name}: `{line.split(':')[0]}` has no comment line above it"
+
+
+def test_profile_and_lane_choices_come_from_the_data() -> None:
+    """The sglang role's spec offers exactly the profiles and deployable lanes of python_plugins/data."""
+    options = spec_options(ROOT / "roles" / "sglang")
+    data = ROOT / "python_plugins" / "data"
+    profiles = sorted(p.stem for p in (data / "profiles").glob("*.yml"))
+    lanes = load(data / "lanes.yml")["lanes"]
+    deployable = sorted(name for name, lane in lanes.items() if lane.get("deployable"))
+    assert options["sglang_profile"]["choices"] == ["", *profiles]
+    assert options["sglang_lane"]["choices"] == ["", *deployable]
+
+
+@pytest.mark.parametrize("role", sorted(p.name for p in (ROOT / "roles").iterdir()))
+def test_ansible_doc_documents_every_role(role: str) -> None:
+    """`ansible-doc -t role` reads each role's argument spec (what an operator sees)."""
+    import subprocess
+    import sys
+
+    doc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-doc"),
+            "-t",
+            "role",
+            "-r",
+            str(ROOT / "roles"),
+            "--json",
+            role,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    entries = json.loads(doc.stdout)[role]["entry_points"]
+    assert entries["main"]["short_description"]
+    for entry in entries.values():
+        for name, option in (entry.get("options") or {}).items():
+            assert option.get("description"), f"{role}: {name} has no description"
+            assert option.get("type"), f"{role}: {name} has no type"
+
+
+def test_every_secret_option_is_no_log() -> None:
+    """Keys and tokens are no_log in every spec: the inputs check leaves them out of what it prints."""
+    for role in ROLES:
+        for name, option in spec_options(role).items():
+            if any(word in name for word in ("api_key", "admin_key", "token", "password", "secret")):
+                assert option.get("no_log") is True, f"{role.name}: {name} is not no_log"

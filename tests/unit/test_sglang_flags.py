@@ -192,12 +192,30 @@ def test_list_is_compact_json_except_for_multi_value_flags() -> None:
 
 
 def test_unknown_key_names_key_and_version() -> None:
-    with pytest.raises(SglangFlagError, match=r"'tp_sise'.*--tp-sise.*sglang 1\.0"):
+    with pytest.raises(SglangFlagError, match=r"sglang_settings\.tp_sise .*--tp-sise.*sglang 1\.0"):
         render_sglang_args({"tp_sise": 8}, "1.0", dialects=TOY)
 
 
+def test_malformed_json_value_names_the_setting() -> None:
+    with pytest.raises(SglangFlagError, match=r"sglang_settings\.json_model_override_args .*not valid JSON"):
+        render_sglang_args({"json_model_override_args": '{"rope": '}, "0.5.23")
+    with pytest.raises(SglangFlagError, match=r"sglang_settings\.kv_events_config .*not valid JSON"):
+        render_sglang_args({"kv_events_config": "publisher=zmq"}, "0.5.9")
+
+
+def test_json_values_that_parse_render_unchanged() -> None:
+    assert render_sglang_args({"json_model_override_args": '{"a": 1}'}, "0.5.23") == [
+        "--json-model-override-args",
+        '{"a": 1}',
+    ]
+    assert render_sglang_args({"json_model_override_args": {"a": 1}}, "0.5.23") == [
+        "--json-model-override-args",
+        '{"a":1}',
+    ]
+
+
 def test_unknown_key_on_real_dialects() -> None:
-    with pytest.raises(SglangFlagError, match=r"'dsa_prefil_backend'.*sglang 0\.5\.23"):
+    with pytest.raises(SglangFlagError, match=r"sglang_settings\.dsa_prefil_backend .*sglang 0\.5\.23"):
         render_sglang_args({"dsa_prefil_backend": "trtllm"}, "0.5.23")
     # 0.5.9 knows no per-phase prefill max batch
     with pytest.raises(SglangFlagError, match=r"cuda_graph_max_bs_prefill.*sglang 0\.5\.9"):

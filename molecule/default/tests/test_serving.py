@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-SERVER = "http://127.0.0.1:30000"
+import yaml
+
+# The server binds to the node's lab-network address (never 0.0.0.0) and wants the lab's API key
+# (inventory/lab/group_vars/lab.yml); /health* is open, as in sglang.
+LAB_VARS = Path(__file__).resolve().parents[3] / "inventory" / "lab" / "group_vars" / "lab.yml"
+API_KEY = yaml.safe_load(LAB_VARS.read_text())["sglang_server_api_key"]
+
+
+def server(host) -> str:
+    return f"http://{host.check_output('hostname')}:30000"
 
 
 def test_service_is_enabled_and_running(host) -> None:
@@ -15,7 +25,7 @@ def test_service_is_enabled_and_running(host) -> None:
 
 
 def test_health_generate_answers_200(host) -> None:
-    code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' -m 60 {SERVER}/health_generate")
+    code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' -m 60 {server(host)}/health_generate")
     assert code == "200"
 
 
@@ -29,7 +39,8 @@ def test_the_model_answers_four(host) -> None:
         }
     )
     raw = host.check_output(
-        f"curl -s -m 120 -H 'Content-Type: application/json' -d '{body}' {SERVER}/v1/chat/completions"
+        f"curl -s -m 120 -H 'Content-Type: application/json' -H 'Authorization: Bearer {API_KEY}' "
+        f"-d '{body}' {server(host)}/v1/chat/completions"
     )
     choice = json.loads(raw)["choices"][0]
     assert choice["message"]["content"] == "4"
@@ -50,3 +61,14 @@ def test_exec_start_is_the_cpu_profile_on_the_current_lane(host) -> None:
     ):
         assert flag in argv, flag
     assert "--disable-cuda-graph" not in argv and "--nsa-" not in argv
+
+
+def test_the_server_is_not_open_without_its_key(host) -> None:
+    code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' -m 30 {server(host)}/v1/models")
+    assert code == "401"
+
+
+def test_the_server_binds_to_the_node_address_only(host) -> None:
+    listening = host.check_output("ss -Hltn 'sport = :30000'")
+    assert "0.0.0.0:30000" not in listening and "*:30000" not in listening
+    assert host.check_output("getent hosts $(hostname) | cut -d' ' -f1") + ":30000" in listening

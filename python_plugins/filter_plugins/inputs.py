@@ -1,0 +1,75 @@
+"""Filters that check the inventory's inputs before any host changes (the preflight role's inputs.yml).
+
+    {{ {'sglang_server_port': 30000, ...} | sglang_port_problems }}      -> [problem, ...]
+    {{ bind_host | sglang_bind_problems(api_key, host_var, key_var) }}   -> [problem, ...]
+    {{ gpu_count | sglang_gpu_problems(tp_size, host, var) }}            -> [problem, ...]
+    {{ distribution | sglang_os_problems(version, supported, host) }}   -> [problem, ...]
+    {{ options | sglang_spec_inputs(hostvars[inventory_hostname]) }}    -> the operator's values, no secrets
+    {{ options | sglang_secret_problems(hostvars[inventory_hostname]) }} -> [problem, ...] (never a value)
+
+Logic: module_utils/fleet_inputs.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ansible.module_utils
+
+_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
+
+from ansible.module_utils.fleet_inputs import (  # noqa: E402
+    bind_problems,
+    gpu_problems,
+    os_problems,
+    port_problems,
+    secret_problems,
+    spec_inputs,
+)
+
+
+def _provided(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:
+    """The host's values of the options it defines (hostvars templates each value on access)."""
+    return {name: hostvars[name] for name in options if name in hostvars}
+
+
+def sglang_port_problems(ports: Mapping[str, Any]) -> list[str]:
+    return port_problems(dict(ports))
+
+
+def sglang_bind_problems(bind_host: str, api_key: str, host_var: str, key_var: str) -> list[str]:
+    return bind_problems(str(bind_host), str(api_key or ""), host_var=host_var, key_var=key_var)
+
+
+def sglang_gpu_problems(gpu_count: Any, tp_size: Any, host: str, var: str) -> list[str]:
+    return gpu_problems(int(gpu_count), int(tp_size), host=str(host), var=str(var))
+
+
+def sglang_os_problems(distribution: str, version: Any, supported: Iterable[str], host: str) -> list[str]:
+    return os_problems(str(distribution), str(version), [str(s) for s in supported], host=str(host))
+
+
+def sglang_spec_inputs(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:
+    return spec_inputs(options, _provided(options, hostvars))
+
+
+def sglang_secret_problems(options: Mapping[str, Any], hostvars: Any) -> list[str]:
+    return secret_problems(options, _provided(options, hostvars))
+
+
+class FilterModule:
+    """Input checks of glm5-deploy."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sglang_port_problems": sglang_port_problems,
+            "sglang_bind_problems": sglang_bind_problems,
+            "sglang_gpu_problems": sglang_gpu_problems,
+            "sglang_os_problems": sglang_os_problems,
+            "sglang_spec_inputs": sglang_spec_inputs,
+            "sglang_secret_problems": sglang_secret_problems,
+        }

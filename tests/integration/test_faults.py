@@ -1,0 +1,167 @@
+"""Faults injected into the running lab: each is detected, the play fails on that host with the symptom in
+words and the journal, and nothing else is damaged. Each test puts the lab back as it found it.
+
+The other faults of the suite run elsewhere, on real data too: the NaN and Inf models in molecule/validate;
+a download killed mid-way and resumed, a corrupted and a truncated shard, and a full disk in
+molecule/checkpoint; a bad release caught mid-rollout in molecule/rollback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import LAB_NODES, Run
+
+VICTIM = "gpu-node-3"
+MODELS = "/var/lib/sglang/models"
+
+
+def node_state(adhoc: Callable[..., dict[str, dict[str, Any]]]) -> dict[str, tuple[str, str, str]]:
+    """(current release, unit sha256, server PID) of every lab node."""
+    shown = adhoc(
+        "sglang_nodes",
+        "ansible.builtin.shell",
+        "readlink /opt/sglang/current; sha256sum /etc/systemd/system/sglang.service | cut -d' ' -f1; "
+        "systemctl show sglang -p MainPID --value",
+    )
+    return {host: tuple(res["stdout_lines"]) for host, res in shown.items()}
+
+
+def failure(run: Run, host: str) -> str:
+    """The failure messages of ``host`` in the run."""
+    return "\n".join(
+        str(e["event_data"]["res"].get("msg", ""))
+        for e in run.events
+        if e.get("event") in ("runner_on_failed", "runner_on_unreachable")
+        and e["event_data"].get("host") == host
+    )
+
+
+@pytest.fixture
+def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, str]]]:
+    """The nodes' state before the fault; afterwards the victim is served from the inventory again."""
+    before = node_state(adhoc)
+    yield before
+    adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
+    adhoc(VICTIM, "ansible.builtin.file", f"path={MODELS}/glm5-lab-stalled state=absent")
+    restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
+    assert restored.status == "successful", restored.stats
+
+
+def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
+    """A bad model path: the server dies at start, systemd restarts it until it gives up; the play says so."""
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={
+            "sglang_server_model_path": f"{MODELS}/no-such-model",
+            "sglang_server_health_timeout": 180,
+        },
+        cmdline=f"--limit {VICTIM}",
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "crash loop" in message, message[:3000]
+    assert "Last journal lines" in message and "no-such-model" in message, message[-3000:]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host
+
+
+def test_stalled_start_times_out_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
+    """A checkpoint whose config.json never finishes reading (a FIFO, like a hung network mount): the server
+    runs without restarts but never becomes healthy; the play times out and says it stalled."""
+    stalled = f"{MODELS}/glm5-lab-stalled"
+    adhoc(
+        VICTIM,
+        "ansible.builtin.shell",
+        f"set -e; mkdir -p {stalled}; for f in {MODELS}/glm5-lab-tiny/*; do ln -sfn $f {stalled}/; done; "
+        f"rm -f {stalled}/config.json; mkfifo -m 0644 {stalled}/config.json",
+    )
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={"sglang_server_model_path": stalled, "sglang_server_health_timeout": 60},
+        cmdline=f"--limit {VICTIM}",
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "stalled start" in message and "Last journal lines" in message, message[:3000]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host
+
+
+def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> None:
+    """gpu-node-2 freezes (podman pause) once gpu-node-1 has switched: the rollout stops at gpu-node-2 and
+    gpu-node-3 is never touched. Then gpu-node-2 resumes and gpu-node-1 goes back to the inventory's unit."""
+    import ansible_runner
+    from conftest import ROOT
+
+    before = node_state(adhoc)
+    update = {"sglang_settings": {"max_running_requests": 3}}
+    private = ROOT / ".ansible" / "fault-rollout"
+    subprocess.run(["rm", "-rf", str(private)], check=True)
+    private.mkdir(parents=True)
+    thread, runner = ansible_runner.run_async(
+        private_data_dir=str(private),
+        project_dir=str(ROOT),
+        playbook=str(ROOT / "playbooks" / "rolling_update.yml"),
+        inventory=str(ROOT / "inventory" / "lab"),
+        extravars=update,
+        envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        quiet=True,
+    )
+    paused = False
+    try:
+        # gpu-node-1 has switched and passed its inference check: freeze the next node.
+        deadline = time.monotonic() + 900
+        while thread.is_alive() and time.monotonic() < deadline:
+            done = [
+                e
+                for e in list(runner.events)
+                if e.get("event") == "runner_on_ok"
+                and e["event_data"].get("host") == "gpu-node-1"
+                and str(e["event_data"].get("task", "")).startswith("Check the replica's verdict")
+            ]
+            if done:
+                subprocess.run(["podman", "pause", "glm5-lab-gpu-node-2"], check=True)
+                paused = True
+                break
+            time.sleep(1)
+        thread.join(timeout=900)
+        assert paused, "gpu-node-1 never finished its switch"
+        assert runner.status == "failed", runner.status
+        events = list(runner.events)
+        lost = [
+            e
+            for e in events
+            if e.get("event") in ("runner_on_unreachable", "runner_on_failed")
+            and e["event_data"].get("host") == "gpu-node-2"
+        ]
+        assert lost, "the frozen node was not reported"
+        touched = [
+            e["event_data"].get("task")
+            for e in events
+            if e["event_data"].get("host") == "gpu-node-3"
+            and (e["event_data"].get("res") or {}).get("changed")
+        ]
+        assert not touched, f"gpu-node-3 was changed: {touched}"
+    finally:
+        if paused:
+            subprocess.run(["podman", "unpause", "glm5-lab-gpu-node-2"], check=True)
+    after = node_state(adhoc)
+    assert after["gpu-node-3"] == before["gpu-node-3"]
+    assert after["gpu-node-2"] == before["gpu-node-2"]
+    assert after["gpu-node-1"][1] != before["gpu-node-1"][1], "gpu-node-1 was switched before the freeze"
+    # Put gpu-node-1 back to the inventory's unit through the same rolling path, and the router's workers
+    # back to the inventory (gpu-node-2 stayed registered; this proves it is healthy again).
+    back = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-1")
+    assert back.status == "successful", back.stats
+    router = run_playbook("playbooks/router.yml")
+    assert router.status == "successful", router.stats
+    assert node_state(adhoc)["gpu-node-1"][1] == before["gpu-node-1"][1]

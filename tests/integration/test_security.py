@@ -1,0 +1,156 @@
+"""Secrets and hardening on the converged lab: keys never leak, files and users are locked down, the units'
+systemd exposure stays at or below 4.0, and the server is only reachable where it should be.
+
+The lab's keys are lab values (inventory/lab/group_vars), handled by the roles exactly like vault values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from conftest import LAB_NODES, ROOT, SECRETS, Run, leaks
+
+PATTERNS_FILE = "/root/.glm5-leak-patterns"
+UNITS = {"sglang.service": LAB_NODES, "sglang-router.service": ("lab-gateway",)}
+MAX_EXPOSURE = 4.0
+
+
+@pytest.fixture(scope="module")
+def verbose_run(run_playbook) -> tuple[Run, float]:
+    """site.yml at -vvv on the converged fleet (every task that handles a key runs), and when it started."""
+    started = time.time()
+    run = run_playbook("site.yml", verbosity=3)
+    assert run.status == "successful", run.stats
+    return run, started
+
+
+def test_the_secrets_are_set_in_the_lab() -> None:
+    assert all(SECRETS.values()), "a lab secret is empty: the leak checks would prove nothing"
+
+
+def test_no_secret_in_verbose_output(verbose_run) -> None:
+    run, _ = verbose_run
+    assert len(run.stdout) > 100_000, "the -vvv output is missing"
+    assert leaks(run.stdout) == []
+    assert leaks(json.dumps(run.events)) == []
+
+
+def test_no_secret_in_world_readable_files(adhoc) -> None:
+    """Every world-readable regular file on every lab host's root filesystem; big binaries are skipped."""
+    # The patterns go in a root-only file through copy's no_log content, so no command line and no journal
+    # entry of this test carries them.
+    content = "\n".join(SECRETS.values()) + "\n"
+    args = json.dumps({"dest": PATTERNS_FILE, "mode": "0600", "content": content})
+    adhoc("lab", "ansible.builtin.copy", args)
+    found = adhoc(
+        "lab",
+        "ansible.builtin.shell",
+        "find / -xdev -type f -perm -0004 -size -20M -print0 2>/dev/null "
+        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true; rm -f {PATTERNS_FILE}",
+    )
+    assert set(found) == {*LAB_NODES, "lab-gateway"}
+    hits = {host: res["stdout_lines"] for host, res in found.items() if res["stdout_lines"]}
+    assert hits == {}
+
+
+def test_no_secret_in_systemctl_show_or_the_process_list(adhoc) -> None:
+    """What any local user can read: the units' properties, the manager's environment, every process's
+    command line (ProtectProc=invisible hides the services' processes from other users)."""
+    shown = adhoc(
+        "lab",
+        "ansible.builtin.shell",
+        "systemctl show sglang.service sglang-router.service; systemctl show-environment; "
+        'runuser -u nobody -- sh -c \'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "\'',
+    )
+    for host, res in shown.items():
+        assert "ExecStart" in res["stdout"], host
+        assert leaks(res["stdout"]) == [], host
+
+
+def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run, adhoc) -> None:
+    """Modules log their arguments to the journal unless no_log; sglang logs its server_args on start."""
+    _, started = verbose_run
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started - 5))
+    journal = adhoc(
+        "lab",
+        "ansible.builtin.shell",
+        f"TZ=UTC journalctl --no-pager -o cat --since '{since}'; "
+        "for u in sglang sglang-router; do id=$(systemctl show $u -p InvocationID --value); "
+        '[ -z "$id" ] || journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$id; done',
+    )
+    for host, res in journal.items():
+        assert leaks(res["stdout"]) == [], host
+
+
+def test_env_files_are_root_only(adhoc) -> None:
+    modes = adhoc("sglang_nodes", "ansible.builtin.stat", "path=/etc/sglang/sglang.env")
+    modes.update(adhoc("sglang_router", "ansible.builtin.stat", "path=/etc/sglang-router/router.env"))
+    for host, res in modes.items():
+        stat = res["stat"]
+        assert (stat["mode"], stat["pw_name"], stat["gr_name"]) == ("0600", "root", "root"), host
+
+
+def test_the_service_users_are_system_users_without_a_login_shell(adhoc) -> None:
+    users = adhoc("sglang_nodes", "ansible.builtin.command", "getent passwd sglang")
+    for host, res in users.items():
+        _, _, uid, _, _, _, shell = res["stdout"].split(":")
+        assert int(uid) < 1000 and shell in ("/usr/sbin/nologin", "/bin/false"), (host, res["stdout"])
+    router = adhoc("sglang_router", "ansible.builtin.command", "systemctl show sglang-router -p DynamicUser")
+    assert router["lab-gateway"]["stdout"] == "DynamicUser=yes"
+
+
+@pytest.mark.parametrize("unit", sorted(UNITS))
+def test_unit_exposure_is_at_most_4(unit: str, adhoc, capsys) -> None:
+    hosts = UNITS[unit]
+    scored = adhoc(":".join(hosts), "ansible.builtin.command", f"systemd-analyze security --no-pager {unit}")
+    for host in hosts:
+        match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", scored[host]["stdout"])
+        assert match, scored[host]["stdout"][-500:]
+        with capsys.disabled():
+            print(f"\nexposure {unit} on {host}: {match.group(1)}")
+        assert float(match.group(1)) <= MAX_EXPOSURE, scored[host]["stdout"]
+
+
+def test_the_server_listens_on_the_node_address_only(adhoc) -> None:
+    listening = adhoc("sglang_nodes", "ansible.builtin.command", "ss -Hltn sport = :30000")
+    for host, res in listening.items():
+        local = {line.split()[3] for line in res["stdout_lines"]}
+        assert local and not any(a.startswith(("0.0.0.0:", "*:", "[::]:")) for a in local), (host, local)
+
+
+def test_the_units_reference_the_key_files_only(adhoc) -> None:
+    """The unit files are world-readable: they name the files that hold the keys, never the keys."""
+    units = adhoc("lab", "ansible.builtin.shell", "cat /etc/systemd/system/sglang*.service")
+    for host, res in units.items():
+        assert leaks(res["stdout"]) == [], host
+        server = host in LAB_NODES
+        wanted = "--config /etc/sglang/secrets.yaml" if server else "EnvironmentFile=/etc/sglang-router"
+        assert wanted in res["stdout"], host
+    secrets = adhoc("sglang_nodes", "ansible.builtin.stat", "path=/etc/sglang/secrets.yaml")
+    for host, res in secrets.items():
+        stat = res["stat"]
+        assert (stat["mode"], stat["pw_name"], stat["gr_name"]) == ("0640", "root", "sglang"), host
+
+
+def test_readme_warns_that_health_and_metrics_are_open() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "unauthenticated" in readme.lower() and "firewall" in readme.lower()
+
+
+def test_secret_values_are_not_in_the_repository_outside_the_lab_inventory() -> None:
+    """The lab's keys live in one place; anything else that names them would be a copy to keep in step."""
+    holders = []
+    for path in ROOT.rglob("*"):
+        skipped = {".git", ".venv", ".ansible"}.intersection(path.parts)
+        if path.is_file() and not skipped:
+            try:
+                text = path.read_text()
+            except (UnicodeDecodeError, OSError):
+                continue
+            if leaks(text):
+                holders.append(str(path.relative_to(ROOT)))
+    allowed = {"inventory/lab/group_vars/lab.yml", "inventory/lab/group_vars/sglang_router.yml"}
+    assert set(holders) <= allowed, holders
