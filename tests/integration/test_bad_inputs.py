@@ -170,7 +170,7 @@ def test_bad_input_is_refused_before_any_change(case: Case, run_playbook, tmp_pa
         verbosity=3,
     )
     assert run.status == "failed", f"{case.name}: the run was not refused"
-    assert len(run.stdout) > 10_000, "no -vvv output"
+    assert "task path:" in run.stdout, "no -vvv output"
     assert leaks(run.stdout) == [], f"{case.name}: a secret in the -vvv output"
     ran = [e["event_data"] for e in run.events if e.get("event", "").startswith("runner_on_")]
     outside = sorted({d.get("play", "") for d in ran} - CHECKING_PLAYS)

@@ -47,7 +47,6 @@ def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, st
     before = node_state(adhoc)
     yield before
     adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
-    adhoc(VICTIM, "ansible.builtin.file", f"path={MODELS}/glm5-lab-stalled state=absent")
     restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
     assert restored.status == "successful", restored.stats
 
@@ -73,18 +72,22 @@ def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, a
 
 
 def test_stalled_start_times_out_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
-    """A checkpoint whose config.json never finishes reading (a FIFO, like a hung network mount): the server
-    runs without restarts but never becomes healthy; the play times out and says it stalled."""
-    stalled = f"{MODELS}/glm5-lab-stalled"
-    adhoc(
-        VICTIM,
-        "ansible.builtin.shell",
-        f"set -e; mkdir -p {stalled}; for f in {MODELS}/glm5-lab-tiny/*; do ln -sfn $f {stalled}/; done; "
-        f"rm -f {stalled}/config.json; mkfifo -m 0644 {stalled}/config.json",
-    )
+    """Rank 0 of a two-node replica whose second node never joins: the real sglang waits in its
+    torch.distributed rendezvous, runs without restarts and never becomes healthy; the play times out and
+    says the start stalled."""
     run = run_playbook(
         "playbooks/serve.yml",
-        extravars={"sglang_server_model_path": stalled, "sglang_server_health_timeout": 60},
+        extravars={
+            "sglang_settings": {
+                "tp_size": 2,
+                "nnodes": 2,
+                "node_rank": 0,
+                "dist_init_addr": f"{VICTIM}:20000",
+            },
+            # sglang's CPU backend runs one rank per bound core set with tp > 1.
+            "sglang_server_environment": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"},
+            "sglang_server_health_timeout": 60,
+        },
         cmdline=f"--limit {VICTIM}",
     )
     assert run.status == "failed"

@@ -41,7 +41,8 @@ def test_unit_is_installed_not_started_and_its_argv_is_the_profile(host) -> None
     for flag in COMMON:
         assert f" {flag}" in f" {argv}", flag
     assert "--model-path /var/lib/sglang/models/GLM-5-NVFP4" in argv
-    assert "--host 0.0.0.0" in argv and "--port 30000" in argv
+    # Bound to the node's own address (ansible_host, else its name), never the wildcard.
+    assert "--host 0.0.0.0" not in argv and "--host glm5-mol-gm-" in argv and "--port 30000" in argv
     if arch(host) == "sm120":
         for flag in SEED:
             assert flag in argv, flag
@@ -68,5 +69,10 @@ def test_service_user_and_hardening(host) -> None:
         "ProtectSystem=strict",
         "KillSignal=SIGTERM",
         "LimitMEMLOCK=infinity",
+        "DevicePolicy=closed",
+        "DeviceAllow=char-nvidia-frontend rw",
+        "DeviceAllow=char-nvidia-uvm rw",
+        "SystemCallFilter=@system-service",
+        "ProtectProc=invisible",
     ):
         assert line in unit
