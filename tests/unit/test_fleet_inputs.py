@@ -1,0 +1,169 @@
+"""The input checks of module_utils/fleet_inputs.py: each problem names the variable, fine inputs pass."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils.fleet_inputs import (
+    bind_problems,
+    connect_host,
+    gpu_problems,
+    is_loopback,
+    os_problems,
+    port_problems,
+    secret_problems,
+    spec_inputs,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"])
+def test_loopback_addresses(host: str) -> None:
+    assert is_loopback(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gpu-node-1", "", "fe80::1"])
+def test_other_addresses_are_not_loopback(host: str) -> None:
+    assert not is_loopback(host)
+
+
+@pytest.mark.parametrize(
+    ("bind", "url_host"),
+    [
+        ("0.0.0.0", "127.0.0.1"),
+        ("::", "[::1]"),
+        ("", "127.0.0.1"),
+        ("10.0.0.5", "10.0.0.5"),
+        ("gpu-node-1", "gpu-node-1"),
+        ("fd00::5", "[fd00::5]"),
+        ("[fd00::5]", "[fd00::5]"),
+    ],
+)
+def test_connect_host(bind: str, url_host: str) -> None:
+    assert connect_host(bind) == url_host
+
+
+def test_ports_in_range_and_distinct_pass() -> None:
+    assert port_problems({"sglang_server_port": 30000, "sglang_server_dist_port": "20000"}) == []
+
+
+@pytest.mark.parametrize("value", [0, 65536, -1, "thirty", True, None, 3.5])
+def test_a_bad_port_names_its_variable(value: object) -> None:
+    (problem,) = port_problems({"sglang_server_port": value})
+    assert problem.startswith("sglang_server_port must be a port number (1-65535)")
+
+
+def test_a_shared_port_names_both_variables() -> None:
+    (problem,) = port_problems({"sglang_router_port": 30000, "sglang_router_metrics_port": 30000})
+    assert "sglang_router_metrics_port and sglang_router_port are both 30000" in problem
+
+
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), st.integers(min_value=1, max_value=65535), max_size=6)
+)
+def test_distinct_valid_ports_never_trip(ports: dict[str, int]) -> None:
+    distinct = {name: port for port, name in {v: k for k, v in ports.items()}.items()}
+    assert port_problems(distinct) == []
+
+
+def test_open_bind_without_key_is_refused_naming_both() -> None:
+    (problem,) = bind_problems("0.0.0.0", "", host_var="sglang_server_host", key_var="sglang_server_api_key")
+    assert "sglang_server_host is '0.0.0.0'" in problem and "sglang_server_api_key is empty" in problem
+
+
+@pytest.mark.parametrize(
+    ("bind", "key"), [("127.0.0.1", ""), ("localhost", ""), ("10.0.0.5", "k"), ("::", "k")]
+)
+def test_loopback_or_keyed_binds_pass(bind: str, key: str) -> None:
+    assert bind_problems(bind, key, host_var="h", key_var="k") == []
+
+
+@pytest.mark.parametrize(
+    ("gpus", "tp", "words"),
+    [
+        (8, 16, "has 8 GPU(s) but preflight_tp_size is 16"),
+        (8, 3, "does not divide the 8 GPU(s)"),
+        (8, 0, "must be at least 1"),
+    ],
+)
+def test_gpu_problems(gpus: int, tp: int, words: str) -> None:
+    (problem,) = gpu_problems(gpus, tp, host="gpu-node-1", var="preflight_tp_size")
+    assert words in problem and "preflight_tp_size" in problem
+
+
+@pytest.mark.parametrize(("gpus", "tp"), [(8, 8), (8, 4), (8, 1), (4, 2), (1, 1)])
+def test_divisors_fit(gpus: int, tp: int) -> None:
+    assert gpu_problems(gpus, tp, host="h", var="v") == []
+
+
+def test_os_support() -> None:
+    supported = ["debian12", "ubuntu2204", "ubuntu2404"]
+    assert os_problems("Debian", "12", supported, host="n") == []
+    assert os_problems("Ubuntu", "24.04", supported, host="n") == []
+    (problem,) = os_problems("Rocky", "9", supported, host="n")
+    assert "n runs Rocky 9 (rocky9)" in problem and "preflight_supported_os" in problem
+
+
+SPEC = {
+    "sglang_server_port": {"type": "int"},
+    "sglang_server_api_key": {"type": "str", "no_log": True},
+    "sglang_server_user": {"type": "str"},
+}
+
+
+def test_spec_inputs_keep_the_operators_values_without_secrets() -> None:
+    given_values = {"sglang_server_port": "30001", "sglang_server_api_key": "k3y", "unrelated": 1}
+    assert spec_inputs(SPEC, given_values) == {"sglang_server_port": "30001"}
+
+
+def test_a_secret_that_is_not_a_string_is_named_without_its_value() -> None:
+    (problem,) = secret_problems(SPEC, {"sglang_server_api_key": {"nested": "hunter2"}})
+    assert "sglang_server_api_key must be a string" in problem and "hunter2" not in problem
+    assert secret_problems(SPEC, {"sglang_server_api_key": "k3y"}) == []
+    assert secret_problems(SPEC, {"sglang_server_api_key": None}) == []
+
+
+# --- the filters that use these checks --------------------------------------------------------------------
+
+
+def _filters(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "python_plugins" / "filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"glm5_filter_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+HOSTVARS = {
+    "gpu-node-1": {"ansible_host": "10.0.0.11"},
+    "gpu-node-2": {"sglang_server_advertise_host": "gpu-node-2.internal", "sglang_server_port": 30001},
+    "gpu-node-3": {"sglang_server_host": "0.0.0.0"},
+}
+
+
+@pytest.mark.parametrize(
+    ("host", "bind", "url"),
+    [
+        ("gpu-node-1", "10.0.0.11", "http://10.0.0.11:30000"),
+        ("gpu-node-2", "gpu-node-2.internal", "http://gpu-node-2.internal:30001"),
+        ("gpu-node-3", "0.0.0.0", "http://127.0.0.1:30000"),
+    ],
+)
+def test_the_server_binds_to_its_node_address_unless_told(host: str, bind: str, url: str) -> None:
+    filters = _filters("topology")
+    assert filters["sglang_server_bind_host"](HOSTVARS, host) == bind
+    assert filters["sglang_server_local_url"](HOSTVARS, host) == url
+
+
+def test_settings_that_are_not_a_mapping_are_refused_by_name() -> None:
+    from ansible.errors import AnsibleFilterError
+
+    profile = _filters("sglang")["sglang_profile"]
+    with pytest.raises(AnsibleFilterError, match="sglang_settings must be a mapping, got a str"):
+        profile("cpu", "current", "tp_size=8")
+    with pytest.raises(AnsibleFilterError, match="sglang_environment must be a mapping"):
+        profile("cpu", "current", {}, ["A=1"])
