@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 
 import pytest
@@ -38,21 +39,40 @@ def test_no_secret_in_verbose_output(verbose_run) -> None:
     assert leaks(json.dumps(run.events)) == []
 
 
-def test_no_secret_in_world_readable_files(adhoc) -> None:
-    """Every world-readable regular file on every lab host's root filesystem; big binaries are skipped."""
-    # The patterns go in a root-only file through copy's no_log content, so no command line and no journal
-    # entry of this test carries them.
+def scan(adhoc, command: str) -> dict[str, list[str]]:
+    """Run ``command`` on every lab host with the secrets in a root-only patterns file (PATTERNS_FILE, put
+    there through copy's no_log content, so no command line and no journal entry carries them); returns each
+    host's output lines, which the command limits to hits."""
     content = "\n".join(SECRETS.values()) + "\n"
     args = json.dumps({"dest": PATTERNS_FILE, "mode": "0600", "content": content})
     adhoc("lab", "ansible.builtin.copy", args)
-    found = adhoc(
-        "lab",
-        "ansible.builtin.shell",
-        "find / -xdev -type f -perm -0004 -size -20M -print0 2>/dev/null "
-        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true; rm -f {PATTERNS_FILE}",
-    )
+    found = adhoc("lab", "ansible.builtin.shell", f"{command}; rm -f {PATTERNS_FILE}")
     assert set(found) == {*LAB_NODES, "lab-gateway"}
-    hits = {host: res["stdout_lines"] for host, res in found.items() if res["stdout_lines"]}
+    for host, res in found.items():
+        assert "stdout_lines" in res, (host, sorted(res))
+    return {host: res["stdout_lines"] for host, res in found.items() if res["stdout_lines"]}
+
+
+def test_the_scan_finds_a_planted_secret(adhoc) -> None:
+    """The control: a world-readable file that holds the router admin key is found, on that host only."""
+    planted = "/var/tmp/glm5-planted-secret"
+    content = f"key={SECRETS['sglang_router_admin_key']}\n"
+    args = json.dumps({"dest": planted, "mode": "0644", "content": content})
+    adhoc("lab-gateway", "ansible.builtin.copy", args)
+    try:
+        hits = scan(adhoc, f"grep -rlFf {PATTERNS_FILE} /var/tmp 2>/dev/null || true")
+    finally:
+        adhoc("lab-gateway", "ansible.builtin.file", f"path={planted} state=absent")
+    assert hits == {"lab-gateway": [planted]}
+
+
+def test_no_secret_in_world_readable_files(adhoc) -> None:
+    """Every world-readable regular file on every lab host's root filesystem; big binaries are skipped."""
+    hits = scan(
+        adhoc,
+        "find / -xdev -type f -perm -0004 -size -20M -print0 2>/dev/null "
+        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true",
+    )
     assert hits == {}
 
 
@@ -74,15 +94,14 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
     """Modules log their arguments to the journal unless no_log; sglang logs its server_args on start."""
     _, started = verbose_run
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started - 5))
-    journal = adhoc(
-        "lab",
-        "ansible.builtin.shell",
-        f"TZ=UTC journalctl --no-pager -o cat --since '{since}'; "
+    hits = scan(
+        adhoc,
+        f"{{ TZ=UTC journalctl --no-pager -o cat --since '{since}'; "
         "for u in sglang sglang-router; do id=$(systemctl show $u -p InvocationID --value); "
-        '[ -z "$id" ] || journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$id; done',
+        '[ -z "$id" ] || journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$id; done; } '
+        f"| grep -Ff {PATTERNS_FILE} | cut -c1-300 || true",
     )
-    for host, res in journal.items():
-        assert leaks(res["stdout"]) == [], host
+    assert hits == {}
 
 
 def test_env_files_are_root_only(adhoc) -> None:
@@ -142,15 +161,15 @@ def test_readme_warns_that_health_and_metrics_are_open() -> None:
 
 def test_secret_values_are_not_in_the_repository_outside_the_lab_inventory() -> None:
     """The lab's keys live in one place; anything else that names them would be a copy to keep in step."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     holders = []
-    for path in ROOT.rglob("*"):
-        skipped = {".git", ".venv", ".ansible"}.intersection(path.parts)
-        if path.is_file() and not skipped:
-            try:
-                text = path.read_text()
-            except (UnicodeDecodeError, OSError):
-                continue
-            if leaks(text):
-                holders.append(str(path.relative_to(ROOT)))
+    for name in filter(None, tracked.decode().split("\0")):
+        path = ROOT / name
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if leaks(text):
+            holders.append(name)
     allowed = {"inventory/lab/group_vars/lab.yml", "inventory/lab/group_vars/sglang_router.yml"}
     assert set(holders) <= allowed, holders
