@@ -78,7 +78,7 @@ def test_no_secret_in_world_readable_files(adhoc) -> None:
 
 def test_no_secret_in_systemctl_show_or_the_process_list(adhoc) -> None:
     """What any local user can read: the units' properties, the manager's environment, every process's
-    command line (ProtectProc=invisible hides the services' processes from other users)."""
+    command line (the keys reach sglang through --config and smg through its environment, never argv)."""
     shown = adhoc(
         "lab",
         "ansible.builtin.shell",
