@@ -3,6 +3,7 @@
     {{ {'sglang_server_port': 30000, ...} | sglang_port_problems }}      -> [problem, ...]
     {{ bind_host | sglang_bind_problems(api_key, host_var, key_var) }}   -> [problem, ...]
     {{ gpu_count | sglang_gpu_problems(tp_size, host, var) }}            -> [problem, ...]
+    {{ repo | sglang_checkpoint_problems(revision, source_path) }}       -> [problem, ...]
     {{ distribution | sglang_os_problems(version, supported, host) }}   -> [problem, ...]
     {{ options | sglang_spec_inputs(hostvars[inventory_hostname]) }}    -> the operator's values, no secrets
     {{ options | sglang_secret_problems(hostvars[inventory_hostname]) }} -> [problem, ...] (never a value)
@@ -24,6 +25,7 @@ if _MU not in ansible.module_utils.__path__:
 
 from ansible.module_utils.fleet_inputs import (  # noqa: E402
     bind_problems,
+    checkpoint_problems,
     gpu_problems,
     os_problems,
     port_problems,
@@ -43,6 +45,10 @@ def sglang_port_problems(ports: Mapping[str, Any]) -> list[str]:
 
 def sglang_bind_problems(bind_host: str, api_key: str, host_var: str, key_var: str) -> list[str]:
     return bind_problems(str(bind_host), str(api_key or ""), host_var=host_var, key_var=key_var)
+
+
+def sglang_checkpoint_problems(repo: Any, revision: Any, source_path: Any = "") -> list[str]:
+    return checkpoint_problems(str(repo), str(revision or ""), str(source_path or ""))
 
 
 def sglang_gpu_problems(gpu_count: Any, tp_size: Any, host: str, var: str) -> list[str]:
@@ -69,6 +75,7 @@ class FilterModule:
             "sglang_port_problems": sglang_port_problems,
             "sglang_bind_problems": sglang_bind_problems,
             "sglang_gpu_problems": sglang_gpu_problems,
+            "sglang_checkpoint_problems": sglang_checkpoint_problems,
             "sglang_os_problems": sglang_os_problems,
             "sglang_spec_inputs": sglang_spec_inputs,
             "sglang_secret_problems": sglang_secret_problems,

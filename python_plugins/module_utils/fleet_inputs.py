@@ -8,6 +8,8 @@ share them.
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,6 +70,23 @@ def bind_problems(bind_host: str, api_key: str, *, host_var: str, key_var: str) 
         f"{host_var} is {bind_host!r}, which other machines can reach, and {key_var} is empty. Set "
         f"{key_var} (from a vault) or bind {host_var} to 127.0.0.1"
     ]
+
+
+REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def checkpoint_problems(repo: str, revision: str, source_path: str = "") -> list[str]:
+    """The checkpoint's repository must be org/name and its revision pinned (unless copied from a path)."""
+    if source_path:
+        return []
+    problems = []
+    if not REPO_RE.match(str(repo)):
+        problems.append(
+            f"model_checkpoint_repo must be a Hugging Face repository, org/name; got {json.dumps(str(repo))}"
+        )
+    if not str(revision or "").strip():
+        problems.append("model_checkpoint_revision is empty: pin the commit id to deploy")
+    return problems
 
 
 def gpu_problems(gpu_count: int, tp_size: int, *, host: str, var: str) -> list[str]:

@@ -167,3 +167,14 @@ def test_settings_that_are_not_a_mapping_are_refused_by_name() -> None:
         profile("cpu", "current", "tp_size=8")
     with pytest.raises(AnsibleFilterError, match="sglang_environment must be a mapping"):
         profile("cpu", "current", {}, ["A=1"])
+
+
+def test_checkpoint_problems() -> None:
+    from ansible.module_utils.fleet_inputs import checkpoint_problems
+
+    assert checkpoint_problems("nvidia/GLM-5-NVFP4", "a" * 40) == []
+    (repo,) = checkpoint_problems("GLM-5-NVFP4", "a" * 40)
+    assert repo == 'model_checkpoint_repo must be a Hugging Face repository, org/name; got "GLM-5-NVFP4"'
+    (revision,) = checkpoint_problems("nvidia/GLM-5-NVFP4", "  ")
+    assert revision.startswith("model_checkpoint_revision is empty")
+    assert checkpoint_problems("", "", source_path="/mnt/nfs/glm5") == []
