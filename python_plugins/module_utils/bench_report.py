@@ -1,0 +1,131 @@
+"""Reports of sglang's serving benchmark (``python -m sglang.benchmark.serving --output-file x.jsonl``).
+
+Each benchmark run appends one JSON object per concurrency level to its JSONL file (sglang 0.5.23
+``benchmark/serving.py``: max_concurrency, completed, request/output throughput, TTFT/TPOT/E2E latency
+percentiles in ms, ...). These pure functions turn those records into rows, a Markdown table and the series
+the plots draw. The plotting itself (matplotlib) is ``plot_report``, the only function that writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# (column title, record key, format): what the table shows, in this order.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("concurrency", "max_concurrency", "{:d}"),
+    ("requests", "completed", "{:d}"),
+    ("req/s", "request_throughput", "{:.2f}"),
+    ("output tok/s", "output_throughput", "{:.1f}"),
+    ("TTFT p50 ms", "median_ttft_ms", "{:.1f}"),
+    ("TTFT p99 ms", "p99_ttft_ms", "{:.1f}"),
+    ("TPOT p50 ms", "median_tpot_ms", "{:.2f}"),
+    ("TPOT p99 ms", "p99_tpot_ms", "{:.2f}"),
+    ("E2E p50 ms", "median_e2e_latency_ms", "{:.1f}"),
+)
+REQUIRED = ("max_concurrency", "completed", "request_throughput", "output_throughput", "median_ttft_ms")
+
+
+class BenchReportError(ValueError):
+    """Benchmark output that cannot be reported."""
+
+
+def parse_records(texts: Iterable[str]) -> list[dict[str, Any]]:
+    """Every JSON record of the JSONL texts, sorted by concurrency; blank lines are skipped."""
+    records: list[dict[str, Any]] = []
+    for text in texts:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise BenchReportError(f"line {number} is not JSON: {exc}") from exc
+            missing = [key for key in REQUIRED if record.get(key) is None]
+            if missing:
+                raise BenchReportError(f"line {number} lacks {', '.join(missing)}")
+            records.append(record)
+    if not records:
+        raise BenchReportError("no benchmark records: did the benchmark run?")
+    return sorted(records, key=lambda r: int(r["max_concurrency"]))
+
+
+def _cell(record: Mapping[str, Any], key: str, fmt: str) -> str:
+    value = record.get(key)
+    if value is None:
+        return "-"
+    return fmt.format(int(value) if fmt.endswith("d}") else float(value))
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """One row per concurrency level."""
+    head = "| " + " | ".join(title for title, _, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---:" for _ in COLUMNS) + "|"
+    rows = ["| " + " | ".join(_cell(r, key, fmt) for _, key, fmt in COLUMNS) + " |" for r in records]
+    return "\n".join([head, rule, *rows])
+
+
+def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(concurrency levels, values of ``key``) for a plot; levels without the value are left out."""
+    xs, ys = [], []
+    for record in records:
+        if record.get(key) is not None:
+            xs.append(int(record["max_concurrency"]))
+            ys.append(float(record[key]))
+    return xs, ys
+
+
+def report_markdown(
+    records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], plots: Sequence[str]
+) -> str:
+    """The report: what was measured, against what, the table and the plots."""
+    lines = [
+        f"# Serving benchmark: {meta.get('target', '?')}",
+        "",
+        f"- date: {meta.get('date', '?')}",
+        f"- client: {meta.get('client', '?')} running `{meta.get('command', 'sglang.benchmark.serving')}`",
+        f"- sglang: {meta.get('sglang_version', '?')}, profile {meta.get('profile', '?')}",
+        f"- dataset: {meta.get('dataset', '?')}, input {meta.get('input_len', '?')} tokens, "
+        f"output {meta.get('output_len', '?')} tokens, {meta.get('prompts', '?')} prompts per level",
+    ]
+    if meta.get("note"):
+        lines.append(f"- note: {meta['note']}")
+    lines += ["", markdown_table(records), ""]
+    lines += [f"![{name}]({name})" for name in plots]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(records: Sequence[Mapping[str, Any]], directory: str, title: str) -> list[str]:
+    """Throughput and latency against concurrency as PNGs in ``directory``; returns their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    throughput = (("output tok/s", "output_throughput"), ("req/s", "request_throughput"))
+    latency = (
+        ("TTFT p50", "median_ttft_ms"),
+        ("TTFT p99", "p99_ttft_ms"),
+        ("TPOT p50", "median_tpot_ms"),
+        ("E2E p50", "median_e2e_latency_ms"),
+    )
+    figures = (("throughput.png", "throughput", throughput), ("latency.png", "latency (ms)", latency))
+    for name, ylabel, lines in figures:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+        for label, key in lines:
+            xs, ys = series(records, key)
+            if xs:
+                ax.plot(xs, ys, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (max in flight)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(f"{directory}/{name}")
+        plt.close(fig)
+        made.append(name)
+    return made

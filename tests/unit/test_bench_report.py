@@ -1,0 +1,87 @@
+"""The benchmark report: records from sglang's serving benchmark become a table and two plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.bench_report import (
+    BenchReportError,
+    markdown_table,
+    parse_records,
+    plot_report,
+    report_markdown,
+    series,
+)
+
+
+def record(concurrency: int, **extra: float) -> dict:
+    """A record with the fields sglang 0.5.23's benchmark/serving.py writes (a subset)."""
+    base = {
+        "backend": "sglang-oai",
+        "dataset_name": "random-ids",
+        "max_concurrency": concurrency,
+        "completed": 4 * concurrency,
+        "request_throughput": 0.5 * concurrency,
+        "output_throughput": 8.0 * concurrency,
+        "median_ttft_ms": 100.0 + concurrency,
+        "p99_ttft_ms": 200.0 + concurrency,
+        "median_tpot_ms": 20.0,
+        "p99_tpot_ms": 40.0,
+        "median_e2e_latency_ms": 400.0,
+        "server_info": {"version": "0.5.23"},
+    }
+    return base | extra
+
+
+def jsonl(*records: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_records_are_sorted_by_concurrency_across_files() -> None:
+    records = parse_records([jsonl(record(4)), jsonl(record(1)) + "\n", jsonl(record(2))])
+    assert [r["max_concurrency"] for r in records] == [1, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("texts", "words"),
+    [
+        ([""], "no benchmark records"),
+        (["not json\n"], "line 1 is not JSON"),
+        ([jsonl({"max_concurrency": 1})], "lacks completed"),
+        ([jsonl(record(1, median_ttft_ms=None))], "lacks median_ttft_ms"),
+    ],
+)
+def test_bad_output_is_refused_with_the_reason(texts: list[str], words: str) -> None:
+    with pytest.raises(BenchReportError, match=words):
+        parse_records(texts)
+
+
+def test_the_table_has_a_row_per_level_and_dashes_for_missing_values() -> None:
+    table = markdown_table([record(1), record(2, p99_tpot_ms=None)]).splitlines()
+    assert table[0].startswith("| concurrency | requests | req/s | output tok/s | TTFT p50 ms")
+    assert table[2] == "| 1 | 4 | 0.50 | 8.0 | 101.0 | 201.0 | 20.00 | 40.00 | 400.0 |"
+    assert table[3].split(" | ")[7] == "-"
+
+
+def test_series_skip_levels_without_the_value() -> None:
+    assert series([record(1), record(2, p99_ttft_ms=None), record(4)], "p99_ttft_ms") == (
+        [1, 4],
+        [201.0, 204.0],
+    )
+
+
+def test_report_names_target_and_plots() -> None:
+    text = report_markdown(
+        [record(1)], {"target": "http://lab-gateway:30000", "sglang_version": "0.5.23"}, ["a.png"]
+    )
+    assert text.startswith("# Serving benchmark: http://lab-gateway:30000\n")
+    assert "- sglang: 0.5.23" in text and "![a.png](a.png)" in text
+
+
+def test_plots_are_png_files(tmp_path: Path) -> None:
+    names = plot_report([record(1), record(2), record(4)], str(tmp_path), "lab")
+    assert names == ["throughput.png", "latency.png"]
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
