@@ -15,10 +15,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 
 APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg
 PLAYBOOK := $(BIN)/ansible-playbook
+# The lab's size: GPU nodes in the lab fleet (3 is inventory/lab; other sizes: lab/bin/lab-inventory N).
+LAB_NODES ?= 3
+LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix runtime checkpoint
 
-.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test lint unit parser integration molecule clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test lint unit parser integration molecule bench clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -46,14 +49,14 @@ lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing:
 	lab/bin/build-wheelhouse smg-1.13.0 >/dev/null
 	lab/bin/build-hf-mirror >/dev/null
 
-lab-up: lab-artifacts ## Bring the lab fleet up (idempotent).
-	$(PLAYBOOK) lab/playbooks/lab.yml
+lab-up: lab-artifacts ## Bring the lab fleet up, LAB_NODES GPU nodes (default 3) and lab-gateway (idempotent).
+	$(PLAYBOOK) -i $(LAB_INVENTORY) lab/playbooks/lab.yml
 
 lab-down: venv ## Remove the lab's containers, network and volumes (and nothing else).
 	$(PLAYBOOK) lab/playbooks/lab-down.yml
 
-deploy: lab-up ## The main job: ansible-playbook site.yml against the lab.
-	$(PLAYBOOK) site.yml
+deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_NODES GPU nodes, default 3).
+	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
 test: lint unit parser ## The test command: lint, unit, parser, then integration (lab) beside molecule.
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
@@ -81,6 +84,9 @@ molecule: lab-artifacts ## molecule test for each container scenario (validate, 
 	for scenario in $(CONTAINER_SCENARIOS); do \
 	  GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
+
+bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite docs/benchmarks.md (BENCH_FIGURES=P1,P3 for some).
+	$(BIN)/python lab/bench/suite.py $(if $(BENCH_FIGURES),--figures $(BENCH_FIGURES))
 
 clean: lab-down ## Take the lab down and remove the venv.
 	rm -rf $(VENV)

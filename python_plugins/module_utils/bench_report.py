@@ -1,4 +1,4 @@
-"""Reports of sglang's serving benchmark (``python -m sglang.benchmark.serving --output-file x.jsonl``).
+"""Runs and reports of sglang's serving benchmark (``python -m sglang.benchmark.serving --output-file x``).
 
 Each benchmark run appends one JSON object per concurrency level to its JSONL file (sglang 0.5.23
 ``benchmark/serving.py``: max_concurrency, completed, request/output throughput, TTFT/TPOT/E2E latency
@@ -27,8 +27,52 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 REQUIRED = ("max_concurrency", "completed", "request_throughput", "output_throughput", "median_ttft_ms")
 
 
+# sglang's native /generate (the router routes it too). Not sglang-oai: its /v1/completions requests carry
+# best_of=1 with stream=true, which the router (smg 1.13) refuses: "best_of is not supported when stream is
+# enabled" (seen in the lab). The real-parser tests check the flags and this backend against each lane's
+# wheel.
+BACKEND = "sglang"
+
+
 class BenchReportError(ValueError):
     """Benchmark output that cannot be reported."""
+
+
+def bench_command(
+    python: str,
+    module: str,
+    base_url: str,
+    tokenizer: str,
+    output_file: str,
+    concurrency: int,
+    settings: Mapping[str, Any],
+) -> list[str]:
+    """The argv of one benchmark run at one concurrency level.
+
+    ``settings``: dataset, input_len, output_len, range_ratio, prompts (at least 4 per concurrent request are
+    sent, so that every level reaches its concurrency), seed.
+    """
+    if int(concurrency) < 1:
+        raise BenchReportError(f"concurrency must be at least 1, got {concurrency!r}")
+    for key in ("input_len", "output_len", "prompts"):
+        if int(settings[key]) < 1:
+            raise BenchReportError(f"{key} must be at least 1, got {settings[key]!r}")
+    prompts = max(int(settings["prompts"]), 4 * int(concurrency))
+    return [
+        python, "-m", module,
+        "--backend", BACKEND,
+        "--base-url", base_url,
+        "--tokenizer", tokenizer,
+        "--dataset-name", str(settings["dataset"]),
+        "--random-input-len", str(int(settings["input_len"])),
+        "--random-output-len", str(int(settings["output_len"])),
+        "--random-range-ratio", str(float(settings["range_ratio"])),
+        "--num-prompts", str(prompts),
+        "--max-concurrency", str(int(concurrency)),
+        "--seed", str(int(settings.get("seed", 42))),
+        "--disable-tqdm",
+        "--output-file", output_file,
+    ]  # fmt: skip
 
 
 def parse_records(texts: Iterable[str]) -> list[dict[str, Any]]:

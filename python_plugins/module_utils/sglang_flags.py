@@ -180,6 +180,17 @@ def _dialect_for(sglang_version: str, dialects: Mapping[str, Any] | None) -> dic
     )
 
 
+def bench_module(sglang_version: str, dialects: Mapping[str, Any] | None = None) -> str:
+    """The module of this release's serving benchmark (``python -m <it>``), from its dialect in lanes.yml."""
+    module = _dialect_for(sglang_version, dialects).get("bench_module")
+    if not module:
+        raise SglangFlagError(
+            f"sglang {sglang_version}: its dialect in python_plugins/data/lanes.yml has no bench_module "
+            "(the serving benchmark's module, e.g. sglang.bench_serving)"
+        )
+    return str(module)
+
+
 def _render_value(value: Any) -> str:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))

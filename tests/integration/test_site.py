@@ -114,3 +114,22 @@ def test_the_router_answers_and_routes_to_every_replica(converged, adhoc) -> Non
     assert re.search(r"^smg_worker_pool_size\{[^}]*\} 3$", text, re.M), text[:2000]
     for host in LAB_NODES:
         assert f'smg_worker_health{{worker="http://{host}:30000"}} 1' in text
+
+
+def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run_playbook, tmp_path) -> None:
+    """playbooks/bench.yml: sglang's own serving benchmark through the router, a node's client, a report."""
+    run = run_playbook(
+        "playbooks/bench.yml",
+        extravars={"sglang_bench_report_root": str(tmp_path), "sglang_bench_concurrency": [1, 2]},
+    )
+    assert run.status == "successful", run.stats
+    (report_dir,) = tmp_path.iterdir()
+    assert sorted(p.name for p in report_dir.glob("*.png")) == ["latency.png", "throughput.png"]
+    for png in report_dir.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, png
+    raw = [json.loads(p.read_text()) for p in sorted((report_dir / "raw").glob("c*.jsonl"))]
+    assert [r["max_concurrency"] for r in raw] == [1, 2]
+    assert all(r["completed"] == 8 and r["backend"] == "sglang" for r in raw), raw
+    report = (report_dir / "report.md").read_text()
+    assert "http://lab-gateway:30000" in report and "sglang: 0.5.23" in report
+    assert re.search(r"^\| 2 \| 8 \| [0-9.]+ \|", report, re.MULTILINE), report

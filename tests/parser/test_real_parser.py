@@ -167,3 +167,62 @@ def test_generated_flag_table_is_current(parser_python: Callable[[str], str], ve
     stored = json.loads((DATA_DIR / "sglang_cli" / f"{version}.json").read_text(encoding="utf-8"))
     assert fresh == stored, f"run: .venv/bin/python tests/parser_check/parser_venvs.py regenerate {version}"
     assert load_dialects()[version]["flags"] == stored["flags"]
+
+
+def _bench_cli(python: str, module: str) -> tuple[set[str], dict[str, list[str]]]:
+    """The long flags the bench module's source defines (add_argument) and the literal choices of each.
+
+    Read from the wheel's source with ast: importing the module needs its serving dependencies (datasets,
+    aiohttp), which the parser venvs leave out."""
+    import ast
+    import subprocess
+    from pathlib import Path
+
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    path = Path(purelib, *module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    # NAME = {"key": ...} at module level: choices=list(NAME.keys()) (the backends) lists these keys.
+    tables = {
+        target.id: [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    flags: set[str] = set()
+    choices: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        flags.update(names)
+        for keyword in (k for k in node.keywords if k.arg == "choices"):
+            if isinstance(keyword.value, ast.List | ast.Tuple):
+                values = [e.value for e in keyword.value.elts if isinstance(e, ast.Constant)]
+            else:  # list(NAME.keys())
+                source = [n.id for n in ast.walk(keyword.value) if isinstance(n, ast.Name) and n.id in tables]
+                values = tables[source[0]] if source else []
+            choices.update(dict.fromkeys(names, values))
+    return flags, choices
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bench_flags_exist_in_each_lanes_benchmark(parser_python: Callable[[str], str], version: str) -> None:
+    """Every flag playbooks/bench.yml passes (bench_command) is one the lane's benchmark module defines."""
+    from ansible.module_utils.bench_report import BACKEND, bench_command
+    from ansible.module_utils.sglang_flags import bench_module
+
+    module = bench_module(version)
+    settings = {"dataset": "random-ids", "input_len": 8, "output_len": 8, "range_ratio": 1.0, "prompts": 1}
+    argv = bench_command("python", module, "http://h:1", "/t", "/o", 1, settings)
+    flags, choices = _bench_cli(parser_python(version), module)
+    assert len(flags) > 20, f"{module} of sglang {version}: found only {sorted(flags)}"
+    used = [a for a in argv if a.startswith("--")]
+    assert not [f for f in used if f not in flags], f"{module} of sglang {version} lacks these flags"
+    assert BACKEND in choices.get("--backend", []), choices.get("--backend")
+    assert "random-ids" in choices.get("--dataset-name", []), choices.get("--dataset-name")

@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.bench_report import (
     BenchReportError,
+    bench_command,
     markdown_table,
     parse_records,
     plot_report,
     report_markdown,
     series,
 )
+from ansible.module_utils.sglang_flags import SglangFlagError, bench_module, load_lanes
 
 
 def record(concurrency: int, **extra: float) -> dict:
     """A record with the fields sglang 0.5.23's benchmark/serving.py writes (a subset)."""
     base = {
-        "backend": "sglang-oai",
+        "backend": "sglang",
         "dataset_name": "random-ids",
         "max_concurrency": concurrency,
         "completed": 4 * concurrency,
@@ -85,3 +87,44 @@ def test_plots_are_png_files(tmp_path: Path) -> None:
     assert names == ["throughput.png", "latency.png"]
     for name in names:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+URL = "http://r:30000"
+SETTINGS = {"dataset": "random-ids", "input_len": 64, "output_len": 16, "range_ratio": 1.0, "prompts": 8}
+
+
+def test_bench_command_sends_at_least_four_prompts_per_concurrent_request() -> None:
+    argv = bench_command("/py", "sglang.benchmark.serving", URL, "/m", "/w/c8.jsonl", 8, SETTINGS)
+    assert argv[:3] == ["/py", "-m", "sglang.benchmark.serving"]
+    flags = {f: argv[i + 1] for i, f in enumerate(argv) if f.startswith("--") and f != "--disable-tqdm"}
+    assert flags["--num-prompts"] == "32" and flags["--max-concurrency"] == "8"
+    assert flags["--base-url"] == URL and flags["--output-file"] == "/w/c8.jsonl"
+    assert flags["--random-input-len"] == "64" and flags["--seed"] == "42"
+    assert "--disable-tqdm" in argv
+    one = bench_command("/py", "m", "u", "t", "o", 1, SETTINGS)
+    assert one[one.index("--num-prompts") + 1] == "8"
+
+
+@pytest.mark.parametrize(("key", "value"), [("input_len", 0), ("prompts", -1)])
+def test_bench_command_refuses_empty_runs(key: str, value: int) -> None:
+    with pytest.raises(BenchReportError, match=key):
+        bench_command("/py", "m", "u", "t", "o", 1, SETTINGS | {key: value})
+    with pytest.raises(BenchReportError, match="concurrency"):
+        bench_command("/py", "m", "u", "t", "o", 0, SETTINGS)
+
+
+def test_every_lane_names_its_benchmark_module() -> None:
+    modules = {lane["sglang_version"]: bench_module(lane["sglang_version"]) for lane in load_lanes().values()}
+    assert modules["0.5.23"] == "sglang.benchmark.serving"
+    assert modules["0.5.9"] == "sglang.bench_serving"
+    with pytest.raises(SglangFlagError, match="no bench_module"):
+        bench_module("0.5.23", {"0.5.23": {}})
+
+
+def test_a_real_record_from_the_lab_reads_and_tabulates() -> None:
+    """One level of sglang 0.5.23's benchmark through the lab router (backend sglang, random-ids 64/16)."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-bench" / "lab-router-c2.jsonl"
+    records = parse_records([fixture.read_text(encoding="utf-8")])
+    assert len(records) == 1 and records[0]["max_concurrency"] == 2 and records[0]["backend"] == "sglang"
+    row = markdown_table(records).splitlines()[-1]
+    assert row.startswith("| 2 | 8 |"), row

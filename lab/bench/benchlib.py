@@ -1,0 +1,236 @@
+"""Pure helpers of the lab performance suite (lab/bench/suite.py, `make bench`).
+
+Parsing what a run printed (ansible-playbook's PLAY RECAP, the load generator's report), describing the
+machine, and rendering docs/benchmarks.md from the figures' JSON records. Nothing here times, runs or asserts
+anything about speed; unit tests in tests/unit/test_benchlib.py.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RECAP_LINE = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
+
+
+class BenchError(ValueError):
+    """A run whose output cannot be read as a figure."""
+
+
+def parse_recap(text: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of an ansible-playbook run: host -> {ok, changed, unreachable, failed, skipped, ...}."""
+    if "PLAY RECAP" not in text:
+        raise BenchError("the output has no PLAY RECAP (did ansible-playbook run to its end?)")
+    recap = text.rsplit("PLAY RECAP", 1)[1]
+    hosts: dict[str, dict[str, int]] = {}
+    for line in recap.splitlines()[1:]:
+        match = RECAP_LINE.match(line.strip())
+        if not match:
+            if hosts:
+                break
+            continue
+        hosts[match["host"]] = {k: int(v) for k, v in (p.split("=") for p in match["counts"].split())}
+    if not hosts:
+        raise BenchError("the PLAY RECAP lists no host")
+    return hosts
+
+
+def recap_totals(
+    recap: Mapping[str, Mapping[str, int]], exclude: Sequence[str] = ("localhost",)
+) -> dict[str, int]:
+    """changed, failed and unreachable summed over the hosts, and their count (the control node left out)."""
+    hosts = [h for h in recap if h not in exclude]
+    return {
+        "hosts": len(hosts),
+        **{key: sum(recap[h].get(key, 0) for h in hosts) for key in ("changed", "failed", "unreachable")},
+    }
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory and kernel of this machine (what every figure is measured on)."""
+    cpu = platform.processor() or platform.machine()
+    memory = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    return {
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_bytes": memory,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def machine_line(info: Mapping[str, Any]) -> str:
+    """One line for a table: '2 cores (AMD EPYC ...), 23.4 GiB, kernel 6.1'."""
+    memory = info.get("memory_bytes")
+    gib = f"{memory / 2**30:.1f} GiB" if memory else "memory unknown"
+    cores = info.get("usable_cores", info.get("cores"))
+    return f"{cores} cores ({info.get('cpu_model')}), {gib}, kernel {info.get('kernel')}"
+
+
+def duration(seconds: float) -> str:
+    """'48 s', '3 min 05 s', '1 h 02 min'."""
+    whole = round(float(seconds))
+    if whole < 60:
+        return f"{float(seconds):.1f} s" if seconds < 10 else f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    """'1.84x' (or 'n/a' when the denominator is 0)."""
+    return f"{numerator / denominator:.2f}x" if denominator else "n/a"
+
+
+def _noop_row(fig: Mapping[str, Any], nodes: int) -> str | None:
+    runs = {int(r["nodes"]): r for r in fig.get("runs", [])}
+    run = runs.get(nodes)
+    if not run:
+        return None
+    totals = run["noop"]["totals"]
+    return (
+        f"{duration(run['noop']['seconds'])}, changed={totals['changed']} over {totals['hosts']} hosts "
+        f"(the deploy before it: {duration(run['deploy']['seconds'])})"
+    )
+
+
+def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """(figure, measured, ratio, date, command) for each figure present, in P1..P5 order."""
+    out: list[tuple[str, str, str, str, str]] = []
+    p1 = figures.get("P1")
+    if p1:
+        runs = {int(r["nodes"]): r for r in p1["runs"]}
+        measured = "; ".join(
+            f"{n} hosts: {_noop_row(p1, n)}" for n in sorted(runs) if _noop_row(p1, n) is not None
+        )
+        ratios = ""
+        if len(runs) >= 2:
+            small, large = sorted(runs)[0], sorted(runs)[-1]
+            ratios = (
+                f"no-op {large}/{small} hosts: "
+                f"{ratio(runs[large]['noop']['seconds'], runs[small]['noop']['seconds'])}; "
+                f"no-op/deploy ({small} hosts): "
+                f"{ratio(runs[small]['noop']['seconds'], runs[small]['deploy']['seconds'])}"
+            )
+        out.append(("P1 no-op re-run of site.yml", measured, ratios, p1["date"], p1["command"]))
+    p2 = figures.get("P2")
+    if p2:
+        measured = (
+            f"{duration(p2['total_seconds'])}: lab-up {duration(p2['lab_up']['seconds'])}, "
+            f"site.yml {duration(p2['site']['seconds'])} (changed={p2['site']['totals']['changed']}, "
+            f"failed={p2['site']['totals']['failed']}, {p2['site']['totals']['hosts']} hosts)"
+        )
+        out.append(
+            (
+                "P2 empty lab hosts to a validated endpoint (caches warm)",
+                measured,
+                f"site.yml share: {ratio(p2['site']['seconds'], p2['total_seconds'])}",
+                p2["date"],
+                p2["command"],
+            )
+        )
+    p3 = figures.get("P3")
+    if p3:
+        parts, ratios = [], []
+        steady = p3.get("steady", {}).get("report")
+        for run in p3["rollouts"]:
+            rep = run["report"]
+            parts.append(
+                f"{run['name']}: {duration(run['seconds'])}, {rep['requests']} requests, "
+                f"{rep['failed']} failed, "
+                f"p50 {rep['latency_p50_s']:.3f} s, p99 {rep['latency_p99_s']:.3f} s, "
+                f"min healthy {rep['min_healthy_workers']}/{p3['nodes']}"
+            )
+            if steady:
+                ratios.append(
+                    f"{run['name']} p99/steady p99: {ratio(rep['latency_p99_s'], steady['latency_p99_s'])}"
+                )
+        if steady:
+            parts.append(
+                f"steady (no rollout, {duration(p3['steady']['seconds'])}): {steady['requests']} requests, "
+                f"{steady['failed']} failed, p50 {steady['latency_p50_s']:.3f} s, "
+                f"p99 {steady['latency_p99_s']:.3f} s"
+            )
+        out.append(("P3 rollout under load", "; ".join(parts), "; ".join(ratios), p3["date"], p3["command"]))
+    p4 = figures.get("P4")
+    if p4:
+        methods = p4["methods"]
+        measured = (
+            f"{p4['files']['count']} files, {p4['files']['bytes'] / 1e9:.1f} GB: verify "
+            f"{methods['verify']['mb_per_s_median']:.0f} MB/s; "
+            f"cat {methods['cat']['mb_per_s_median']:.0f} MB/s; "
+            f"dd iflag=direct {methods['dd_direct']['mb_per_s_median']:.0f} MB/s; unchanged re-verify "
+            f"{p4['unchanged_reverify']['seconds_median'] * 1000:.3f} ms"
+        )
+        ratios = (
+            f"verify/cat {p4['ratios']['verify/cat']:.2f}; verify/dd {p4['ratios']['verify/dd_direct']:.2f}; "
+            f"re-verify/verify {p4['unchanged_reverify']['fraction_of_verify']:.1e}"
+        )
+        out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date_utc"], p4["command"]))
+    p5 = figures.get("P5")
+    if p5:
+        out.append(
+            (
+                "P5 make test wall time",
+                f"{duration(p5['seconds'])} (exit {p5['rc']})",
+                f"of the 30-minute target: {ratio(p5['seconds'], 1800)}",
+                p5["date"],
+                p5["command"],
+            )
+        )
+    return out
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(figures: Mapping[str, Mapping[str, Any]], plots: Sequence[str]) -> str:
+    """docs/benchmarks.md: the figures' table, the machines they ran on, and the plots."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (lab/bench/suite.py) from the records in docs/benchmarks/*.json;",
+        "do not edit by hand. Each figure was measured on the lab (podman containers with systemd, real",
+        "sglang on the CPU, the real router) on the machine and date in its row. Absolute times depend on",
+        "that machine; the ratios are what carries over. Nothing here is a test: no figure is asserted.",
+        "",
+        "| figure | measured | ratio | date | command |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in rows(figures):
+        lines.append("| " + " | ".join(_cell(c) for c in row[:4]) + f" | `{_cell(row[4])}` |")
+    lines += ["", "## Machines", ""]
+    seen: dict[str, list[str]] = {}
+    for key in sorted(figures):
+        info = figures[key].get("machine")
+        if info:
+            seen.setdefault(machine_line(info), []).append(key)
+    for line, keys in seen.items():
+        lines.append(f"- {', '.join(keys)}: {line}; commit {figures[keys[0]].get('commit', 'unknown')}")
+    notes = [(k, figures[k]["notes"]) for k in sorted(figures) if figures[k].get("notes")]
+    if notes:
+        lines += ["", "## Notes", ""]
+        lines += [f"- **{key}**: {note}" for key, note in notes]
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{Path(p).stem}](benchmarks/{Path(p).name})" for p in plots]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,97 @@
+"""The lab performance suite's pure helpers (lab/bench/benchlib.py) and the committed docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab" / "bench"))
+
+import benchlib  # noqa: E402
+
+# The PLAY RECAP and the start of the TASKS RECAP (profile_tasks) of a real `make lab-up`, blanks cut.
+RECAP = (ROOT / "tests" / "fixtures" / "ansible" / "recap-lab-up.txt").read_text(encoding="utf-8")
+RECORDS = ROOT / "docs" / "benchmarks"
+
+
+def test_parse_recap_reads_every_host_and_stops_at_the_tasks_recap() -> None:
+    recap = benchlib.parse_recap("PLAY [x]\nok: [a]\n" + RECAP)
+    assert sorted(recap) == ["gpu-node-1", "gpu-node-2", "gpu-node-3", "lab-gateway", "localhost"]
+    assert recap["lab-gateway"] == {
+        "ok": 17,
+        "changed": 16,
+        "unreachable": 0,
+        "failed": 0,
+        "skipped": 0,
+        "rescued": 0,
+        "ignored": 0,
+    }
+
+
+def test_recap_totals_leave_the_control_node_out() -> None:
+    totals = benchlib.recap_totals(benchlib.parse_recap(RECAP))
+    assert totals == {"hosts": 4, "changed": 25, "failed": 0, "unreachable": 0}
+
+
+NO_RECAP = ["", "PLAY [x]\nfatal: [a]: FAILED!", "PLAY RECAP ****\n\nTASKS RECAP ***\n"]
+
+
+@pytest.mark.parametrize("text", NO_RECAP)
+def test_parse_recap_refuses_output_without_a_recap(text: str) -> None:
+    with pytest.raises(benchlib.BenchError):
+        benchlib.parse_recap(text)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(4.25, "4.2 s"), (48.4, "48 s"), (185, "3 min 05 s"), (3725, "1 h 02 min")],
+)
+def test_duration(seconds: float, text: str) -> None:
+    assert benchlib.duration(seconds) == text
+
+
+def test_ratio() -> None:
+    assert benchlib.ratio(3, 2) == "1.50x"
+    assert benchlib.ratio(3, 0) == "n/a"
+
+
+def _run(seconds: float, changed: int, hosts: int) -> dict[str, Any]:
+    return {"seconds": seconds, "totals": {"hosts": hosts, "changed": changed, "failed": 0, "unreachable": 0}}
+
+
+def test_rows_give_ratios_and_show_a_changed_no_op() -> None:
+    stamp = {"date": "2026-11-30", "command": "c", "machine": benchlib.machine(), "commit": "abc"}
+    figures = {
+        "P1": {
+            **stamp,
+            "runs": [
+                {"nodes": 3, "deploy": _run(100, 5, 4), "noop": _run(40, 0, 4)},
+                {"nodes": 6, "deploy": _run(300, 90, 7), "noop": _run(60, 2, 7)},
+            ],
+        },
+        "P5": {**stamp, "seconds": 2700, "rc": 0},
+    }
+    rows = benchlib.rows(figures)
+    assert [r[0] for r in rows] == ["P1 no-op re-run of site.yml", "P5 make test wall time"]
+    assert "6 hosts: 1 min 00 s, changed=2 over 7 hosts" in rows[0][1]
+    assert "no-op 6/3 hosts: 1.50x" in rows[0][2] and "no-op/deploy (3 hosts): 0.40x" in rows[0][2]
+    assert rows[1][1] == "45 min 00 s (exit 0)" and rows[1][2] == "of the 30-minute target: 1.50x"
+    text = benchlib.render_markdown(figures, ["docs/benchmarks/p1-noop.png"])
+    assert "| P1 no-op re-run of site.yml |" in text and "![p1-noop](benchmarks/p1-noop.png)" in text
+    assert "commit abc" in text
+
+
+def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
+    """docs/benchmarks.md is generated: it must be what lab/bench/suite.py --render-only writes from the
+    committed records and plots (so no figure is edited by hand)."""
+    figures = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(RECORDS.glob("P*.json"))}
+    assert set(figures) == {"P1", "P2", "P3", "P4", "P5"}, "run make bench"
+    plots = sorted(str(p) for p in RECORDS.glob("*.png"))
+    assert plots, "make bench draws plots beside the records"
+    expected = benchlib.render_markdown(figures, plots)
+    assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == expected
