@@ -184,7 +184,7 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"verify/cat {p4['ratios']['verify/cat']:.2f}; verify/dd {p4['ratios']['verify/dd_direct']:.2f}; "
             f"re-verify/verify {p4['unchanged_reverify']['fraction_of_verify']:.1e}"
         )
-        out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date_utc"], p4["command"]))
+        out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date"], p4["command"]))
     p5 = figures.get("P5")
     if p5:
         out.append(

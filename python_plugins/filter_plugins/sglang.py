@@ -45,7 +45,6 @@ if _MU not in ansible.module_utils.__path__:
 from ansible.module_utils.bench_report import bench_command  # noqa: E402
 from ansible.module_utils.sglang_flags import (  # noqa: E402
     SglangFlagError,
-    bench_module,
     load_lanes,
     load_profiles,
     render_sglang_args,
@@ -207,20 +206,6 @@ def sglang_pip_environment(wheelhouse: str | None) -> dict[str, str]:
     return {**pip_environment(bool((wheelhouse or "").strip())), **pip_source_environment(wheelhouse)}
 
 
-def sglang_bench_command(
-    version: str,
-    python: str,
-    base_url: str,
-    tokenizer: str,
-    output_file: str,
-    concurrency: int,
-    settings: Mapping[str, Any],
-) -> list[str]:
-    """The argv of one run of sglang ``version``'s serving benchmark at one concurrency level."""
-    module = bench_module(str(version))
-    return bench_command(python, module, base_url, tokenizer, output_file, concurrency, settings)
-
-
 class FilterModule:
     """sglang launch filters."""
 
@@ -237,7 +222,7 @@ class FilterModule:
             "sglang_releases_to_prune": _wrap(sglang_releases_to_prune),
             "sglang_pip_source_args": _wrap(sglang_pip_source_args),
             "sglang_pip_environment": _wrap(sglang_pip_environment),
-            "sglang_bench_command": _wrap(sglang_bench_command),
+            "sglang_bench_command": _wrap(bench_command),
         }
 
 

@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible.module_utils.sglang_flags import bench_module
+
 # (column title, record key, format): what the table shows, in this order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("concurrency", "max_concurrency", "{:d}"),
@@ -39,15 +41,16 @@ class BenchReportError(ValueError):
 
 
 def bench_command(
+    sglang_version: str,
     python: str,
-    module: str,
     base_url: str,
     tokenizer: str,
     output_file: str,
     concurrency: int,
     settings: Mapping[str, Any],
 ) -> list[str]:
-    """The argv of one benchmark run at one concurrency level.
+    """The argv of one run of sglang ``sglang_version``'s serving benchmark at one concurrency level (its
+    module from lanes.yml: dialects, bench_module).
 
     ``settings``: dataset, input_len, output_len, range_ratio, prompts (at least 4 per concurrent request are
     sent, so that every level reaches its concurrency), seed.
@@ -59,7 +62,7 @@ def bench_command(
             raise BenchReportError(f"{key} must be at least 1, got {settings[key]!r}")
     prompts = max(int(settings["prompts"]), 4 * int(concurrency))
     return [
-        python, "-m", module,
+        python, "-m", bench_module(sglang_version),
         "--backend", BACKEND,
         "--base-url", base_url,
         "--tokenizer", tokenizer,

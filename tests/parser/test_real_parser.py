@@ -219,7 +219,7 @@ def test_bench_flags_exist_in_each_lanes_benchmark(parser_python: Callable[[str]
 
     module = bench_module(version)
     settings = {"dataset": "random-ids", "input_len": 8, "output_len": 8, "range_ratio": 1.0, "prompts": 1}
-    argv = bench_command("python", module, "http://h:1", "/t", "/o", 1, settings)
+    argv = bench_command(version, "python", "http://h:1", "/t", "/o", 1, settings)
     flags, choices = _bench_cli(parser_python(version), module)
     assert len(flags) > 20, f"{module} of sglang {version}: found only {sorted(flags)}"
     used = [a for a in argv if a.startswith("--")]

@@ -94,29 +94,34 @@ SETTINGS = {"dataset": "random-ids", "input_len": 64, "output_len": 16, "range_r
 
 
 def test_bench_command_sends_at_least_four_prompts_per_concurrent_request() -> None:
-    argv = bench_command("/py", "sglang.benchmark.serving", URL, "/m", "/w/c8.jsonl", 8, SETTINGS)
+    argv = bench_command("0.5.23", "/py", URL, "/m", "/w/c8.jsonl", 8, SETTINGS)
     assert argv[:3] == ["/py", "-m", "sglang.benchmark.serving"]
     flags = {f: argv[i + 1] for i, f in enumerate(argv) if f.startswith("--") and f != "--disable-tqdm"}
     assert flags["--num-prompts"] == "32" and flags["--max-concurrency"] == "8"
     assert flags["--base-url"] == URL and flags["--output-file"] == "/w/c8.jsonl"
     assert flags["--random-input-len"] == "64" and flags["--seed"] == "42"
     assert "--disable-tqdm" in argv
-    one = bench_command("/py", "m", "u", "t", "o", 1, SETTINGS)
+    one = bench_command("0.5.23", "/py", "u", "t", "o", 1, SETTINGS)
     assert one[one.index("--num-prompts") + 1] == "8"
 
 
 @pytest.mark.parametrize(("key", "value"), [("input_len", 0), ("prompts", -1)])
 def test_bench_command_refuses_empty_runs(key: str, value: int) -> None:
     with pytest.raises(BenchReportError, match=key):
-        bench_command("/py", "m", "u", "t", "o", 1, SETTINGS | {key: value})
+        bench_command("0.5.23", "/py", "u", "t", "o", 1, SETTINGS | {key: value})
     with pytest.raises(BenchReportError, match="concurrency"):
-        bench_command("/py", "m", "u", "t", "o", 0, SETTINGS)
+        bench_command("0.5.23", "/py", "u", "t", "o", 0, SETTINGS)
 
 
 def test_every_lane_names_its_benchmark_module() -> None:
     modules = {lane["sglang_version"]: bench_module(lane["sglang_version"]) for lane in load_lanes().values()}
     assert modules["0.5.23"] == "sglang.benchmark.serving"
     assert modules["0.5.9"] == "sglang.bench_serving"
+    assert bench_command("0.5.9", "/py", URL, "/m", "/o", 1, SETTINGS)[:3] == [
+        "/py",
+        "-m",
+        "sglang.bench_serving",
+    ]
     with pytest.raises(SglangFlagError, match="no bench_module"):
         bench_module("0.5.23", {"0.5.23": {}})
 

@@ -95,8 +95,8 @@ def test_names_and_spellings_are_normalized() -> None:
 def test_lab_requirements_split_into_resolver_and_no_deps_sets() -> None:
     packages, no_deps = read_requirements(LAB_REQUIREMENTS.read_text(encoding="utf-8"))
     assert no_deps == ["sglang==0.5.23"]
-    assert len(packages) == 144
-    assert {"torch==2.14.1", "pip==26.3", "transformers==5.19.0"} <= set(packages)
+    assert len(packages) == 148
+    assert {"torch==2.14.1", "pip==26.3", "transformers==5.19.0", "datasets==5.2.0"} <= set(packages)
     assert all("#" not in p and "==" in p for p in packages)
 
 
@@ -270,7 +270,7 @@ def test_lab_plan_bootstraps_the_tools_then_installs_the_rest() -> None:
         "setuptools==84.2.1",
         "wheel==0.48.0",
     ]
-    assert len(plan["packages"]) == 140
+    assert len(plan["packages"]) == 144
     assert not set(plan["bootstrap"]) & set(plan["packages"])
     assert plan["no_deps_packages"] == ["sglang==0.5.23"]
     argv = plan["bootstrap_argv"]
