@@ -108,7 +108,7 @@ def _noop_row(fig: Mapping[str, Any], nodes: int) -> str | None:
     totals = run["noop"]["totals"]
     return (
         f"{duration(run['noop']['seconds'])}, changed={totals['changed']} over {totals['hosts']} hosts "
-        f"(the deploy before it: {duration(run['deploy']['seconds'])})"
+        f"(the site.yml run before it: {duration(run['deploy']['seconds'])})"
     )
 
 
@@ -138,15 +138,16 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"site.yml {duration(p2['site']['seconds'])} (changed={p2['site']['totals']['changed']}, "
             f"failed={p2['site']['totals']['failed']}, {p2['site']['totals']['hosts']} hosts)"
         )
-        out.append(
-            (
-                "P2 empty lab hosts to a validated endpoint (caches warm)",
-                measured,
-                f"site.yml share: {ratio(p2['site']['seconds'], p2['total_seconds'])}",
-                p2["date"],
-                p2["command"],
-            )
+        ratios = f"site.yml is {p2['site']['seconds'] / p2['total_seconds']:.0%} of it"
+        noop = {int(r["nodes"]): r["noop"]["seconds"] for r in (p1 or {}).get("runs", [])}.get(
+            int(p2["nodes"])
         )
+        if noop:
+            ratios += (
+                f"; site.yml from empty / no-op ({p2['nodes']} nodes): {ratio(p2['site']['seconds'], noop)}"
+            )
+        out.append(("P2 empty lab hosts to a validated endpoint (caches warm)", measured, ratios, p2["date"],
+                    p2["command"]))  # fmt: skip
     p3 = figures.get("P3")
     if p3:
         parts, ratios = [], []
@@ -161,7 +162,8 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             )
             if steady:
                 ratios.append(
-                    f"{run['name']} p99/steady p99: {ratio(rep['latency_p99_s'], steady['latency_p99_s'])}"
+                    f"{run['name']}/steady: p50 {ratio(rep['latency_p50_s'], steady['latency_p50_s'])}, "
+                    f"p99 {ratio(rep['latency_p99_s'], steady['latency_p99_s'])}"
                 )
         if steady:
             parts.append(
@@ -223,9 +225,12 @@ def render_markdown(figures: Mapping[str, Mapping[str, Any]], plots: Sequence[st
     for key in sorted(figures):
         info = figures[key].get("machine")
         if info:
-            seen.setdefault(machine_line(info), []).append(key)
+            seen.setdefault(machine_line(info), []).append(
+                f"{key} (commit {figures[key].get('commit', 'unknown')})"
+            )
     for line, keys in seen.items():
-        lines.append(f"- {', '.join(keys)}: {line}; commit {figures[keys[0]].get('commit', 'unknown')}")
+        lines.append(f"- {', '.join(keys)}: {line}")
+    lines += ["", "A commit marked +changes had uncommitted changes in the tree when it was measured."]
     notes = [(k, figures[k]["notes"]) for k in sorted(figures) if figures[k].get("notes")]
     if notes:
         lines += ["", "## Notes", ""]
