@@ -20,6 +20,8 @@
         -> the release directories to delete, oldest first
     {{ sglang_version | sglang_bench_command(python, url, tokenizer, output_file, concurrency, settings) }}
         -> the argv of one serving-benchmark run (the module from lanes.yml dialects: bench_module)
+    {{ sglang_bench_url | sglang_bench_target(router_host, router_port, local_url) }}
+        -> the URL to benchmark: the one given, else the router, else the client's own server
     {{ wheelhouse | sglang_pip_source_args }} / {{ wheelhouse | sglang_pip_environment }}
         -> pip's source arguments and environment for a wheelhouse ("" or none: PyPI)
 
@@ -42,7 +44,7 @@ _MU = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils.bench_report import bench_command  # noqa: E402
+from ansible.module_utils.bench_report import bench_command, bench_target  # noqa: E402
 from ansible.module_utils.sglang_flags import (  # noqa: E402
     SglangFlagError,
     load_lanes,
@@ -223,6 +225,7 @@ class FilterModule:
             "sglang_pip_source_args": _wrap(sglang_pip_source_args),
             "sglang_pip_environment": _wrap(sglang_pip_environment),
             "sglang_bench_command": _wrap(bench_command),
+            "sglang_bench_target": _wrap(bench_target),
         }
 
 

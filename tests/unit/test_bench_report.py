@@ -9,6 +9,7 @@ import pytest
 from ansible.module_utils.bench_report import (
     BenchReportError,
     bench_command,
+    bench_target,
     markdown_table,
     parse_records,
     plot_report,
@@ -133,3 +134,10 @@ def test_a_real_record_from_the_lab_reads_and_tabulates() -> None:
     assert len(records) == 1 and records[0]["max_concurrency"] == 2 and records[0]["backend"] == "sglang"
     row = markdown_table(records).splitlines()[-1]
     assert row.startswith("| 2 | 8 |"), row
+
+
+def test_bench_target_prefers_the_given_url_then_the_router_then_the_node() -> None:
+    local = "http://gpu-node-1:30000"
+    assert bench_target("http://gpu-node-2:30000/", "lab-gateway", 30000, local) == "http://gpu-node-2:30000"
+    assert bench_target("", "lab-gateway", "30001", local) == "http://lab-gateway:30001"
+    assert bench_target("", "", 30000, local) == local
