@@ -21,7 +21,7 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix runtime checkpoint
 
-.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test lint unit parser integration molecule bench clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks lint unit parser integration molecule bench clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,11 +43,12 @@ $(VENV)/.installed: requirements/control.txt requirements/control.lock
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image
 
-lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing: apt repo, wheelhouse, tiny model, HF mirror.
+lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing: apt repos, wheelhouse, tiny model, HF mirror.
 	lab/bin/build-apt-repo
 	lab/bin/build-wheelhouse >/dev/null
 	lab/bin/build-wheelhouse smg-1.13.0 >/dev/null
 	lab/bin/build-hf-mirror >/dev/null
+	lab/bin/build-debian-extra >/dev/null
 
 lab-up: lab-artifacts ## Bring the lab fleet up, LAB_NODES GPU nodes (default 3) and lab-gateway (idempotent).
 	$(PLAYBOOK) -i $(LAB_INVENTORY) lab/playbooks/lab.yml
@@ -58,14 +59,20 @@ lab-down: venv ## Remove the lab's containers, network and volumes (and nothing 
 deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_NODES GPU nodes, default 3).
 	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
-test: lint unit parser ## The test command: lint, unit, parser, then integration (lab) beside molecule.
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration molecule
+test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, molecule's containers).
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks
 
-lint: venv ## ansible-lint (production profile), yamllint, ruff.
+# The lab fleet's suite is the longest: it starts at once (lab-up first), and the checks that need no lab host
+# run beside it, one after the other, then the scenarios with their own containers.
+checks: lint unit parser molecule ## lint, unit, parser, then the container scenarios (beside integration in make test).
+
+lint: venv ## ansible-lint (production profile), yamllint, ruff; promtool on the alert rules and their unit tests.
 	$(BIN)/yamllint --strict .
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/ansible-lint
+	lab/bin/promtool check rules roles/sglang_monitoring/files/glm5-rules.yml
+	lab/bin/promtool test rules roles/sglang_monitoring/files/glm5-rules.test.yml
 
 unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q

@@ -113,7 +113,7 @@ def _noop_row(fig: Mapping[str, Any], nodes: int) -> str | None:
 
 
 def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
-    """(figure, measured, ratio, date, command) for each figure present, in P1..P5 order."""
+    """(figure, measured, ratio, date, command) for each figure present, P1..P4, P6, then P5."""
     out: list[tuple[str, str, str, str, str]] = []
     p1 = figures.get("P1")
     if p1:
@@ -187,6 +187,23 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"re-verify/verify {p4['unchanged_reverify']['fraction_of_verify']:.1e}"
         )
         out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date"], p4["command"]))
+    p6 = figures.get("P6")
+    if p6:
+        g = p6["guard"]
+        measured = (
+            f"interval {g['interval_s']:.0f} s; first failed verdict to out of the router "
+            f"{g['first_failed_verdict_to_out_s']} s; "
+            f"restarted on the NaN copy to out {g['poisoned_to_out_s']} s; "
+            f"fixed to back in {g['fixed_to_in_s']} s; {g['requests']} requests through the router: "
+            f"{g['wrong_answers_before_out']} wrong before it was out, {g['wrong_answers_after_out']} after; "
+            f"fewest healthy workers {g['min_replicas_in_router']}; "
+            f"guard CPU {g['guard_cpu_s_per_hour']} s per hour"
+        )
+        ratios = (
+            f"detection / interval: {g['first_failed_verdict_to_out_intervals']:.2f}; "
+            f"guard CPU / wall: {g['guard_cpu_s_per_hour'] / 3600:.2%}"
+        )
+        out.append(("P6 guard: a node answering garbage", measured, ratios, p6["date"], p6["command"]))
     p5 = figures.get("P5")
     if p5:
         out.append(

@@ -13,6 +13,9 @@ Figures (each writes docs/benchmarks/<figure>.json; a figure not run keeps its l
   P4  checkpoint verify against a raw sequential read of the same 4 GiB of shards, in one run, and an
       unchanged re-verify (lab/bin/bench-checkpoint-verify).
   P5  `make test`, timed (about 50 minutes).
+  P6  the guard: tests/integration/test_serving_safety.py's poisoned-node test (a node swapped to the NaN copy
+      by hand under the load generator): time to take it out against the guard's interval, wrong answers
+      through the router before and after, time back in once fixed, the guard's CPU seconds per hour.
 Run from the project root through make (the Makefile exports PATH, CONTAINERS_CONF and ANSIBLE_CONFIG).
 The logs of every command go to build/bench/logs/. Benchmarks, not tests: nothing is asserted about time;
 a command that fails stops the suite, because its time would not be the figure's.
@@ -38,7 +41,7 @@ import benchlib  # noqa: E402
 DOCS = ROOT / "docs"
 RECORDS = DOCS / "benchmarks"
 LOGS = ROOT / "build" / "bench" / "logs"
-FIGURES = ("P2", "P1", "P3", "P4", "P5")  # the order they run in: P2 starts from an empty lab
+FIGURES = ("P2", "P1", "P3", "P4", "P6", "P5")  # the order they run in: P2 starts from an empty lab
 
 
 def say(message: str) -> None:
@@ -186,6 +189,15 @@ def p5(_sizes: list[int]) -> dict[str, Any]:
     return {**stamp("make test"), "seconds": round(seconds, 1), "rc": 0}
 
 
+def p6(_sizes: list[int]) -> dict[str, Any]:
+    numbers = ROOT / ".ansible" / "guard-numbers.json"
+    numbers.unlink(missing_ok=True)
+    argv = ["-m", "pytest", "tests/integration/test_serving_safety.py", "-q", "-k", "guard_takes"]
+    run("p6-guard", [sys.executable, *argv])
+    record = json.loads(numbers.read_text(encoding="utf-8"))
+    return {**stamp("python " + " ".join(argv)), "guard": record}
+
+
 def plots(figures: dict[str, dict[str, Any]]) -> list[str]:
     import plots as plotting  # matplotlib: imported only when drawing
 
@@ -206,7 +218,7 @@ def main() -> int:
         parser.error(f"unknown figures {unknown}; known: {', '.join(sorted(FIGURES))}")
     sizes = [int(s) for s in args.sizes.split(",")]
     RECORDS.mkdir(parents=True, exist_ok=True)
-    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5}
+    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6}
     if not args.render_only:
         for figure in (f for f in FIGURES if f in wanted):
             say(f"{figure}: measuring")

@@ -12,7 +12,7 @@ _MU = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
-from ansible.module_utils.fleet_summary import fleet_summary, validation_table  # noqa: E402
+from ansible.module_utils.fleet_summary import fleet_summary, proven_replicas, validation_table  # noqa: E402
 
 
 def glm5_fleet_summary(hosts: list[str], hostvars: Any) -> list[str]:
@@ -25,8 +25,17 @@ def glm5_validation_table(hosts: list[str], hostvars: Any) -> list[str]:
     return validation_table(hosts, {h: hostvars[h] for h in hosts})
 
 
+def glm5_proven_replicas(hosts: list[str], hostvars: Any) -> list[str]:
+    """The hosts whose inference check passed in this run: ``hosts | glm5_proven_replicas(hostvars)``."""
+    return proven_replicas(hosts, {h: hostvars[h] for h in hosts})
+
+
 class FilterModule:
     """glm5-deploy fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"glm5_fleet_summary": glm5_fleet_summary, "glm5_validation_table": glm5_validation_table}
+        return {
+            "glm5_fleet_summary": glm5_fleet_summary,
+            "glm5_proven_replicas": glm5_proven_replicas,
+            "glm5_validation_table": glm5_validation_table,
+        }

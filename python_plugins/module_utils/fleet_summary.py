@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated")
+COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated", "router")
+ROUTER_SYMPTOM_CHARS = 80
 
 
 def _profile(launch: Mapping[str, Any] | None) -> str:
@@ -33,7 +34,32 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         "release": str(hostvars.get("sglang_release_name") or "-"),
         "profile": _profile(hostvars.get("sglang_launch")),
         "validated": validated,
+        "router": router_cell(hostvars.get("sglang_router_replica"), validation),
     }
+
+
+def router_cell(routed: object, validation: Mapping[str, Any] | None) -> str:
+    """Where validate.yml left the host's replica: ``in``, ``out of the router: <symptom>``, or ``-``.
+
+    ``routed`` is the fact validate.yml sets on a replica's rank 0 after routing it (``in`` or ``out``); any
+    other host, or a run that did not route, shows ``-``.
+    """
+    if routed == "in":
+        return "in"
+    if routed == "out":
+        symptom = _short((validation or {}).get("msg") or "inference check failed", ROUTER_SYMPTOM_CHARS)
+        return f"out of the router: {symptom}"
+    return "-"
+
+
+def proven_replicas(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The hosts whose inference check passed in this run (a replica's rank 0: rank > 0 is never checked)."""
+    return [
+        h
+        for h in hosts
+        if (hostvars[h].get("sglang_validate_result") or {}).get("passed")
+        and not (hostvars[h].get("sglang_validate_result") or {}).get("skipped")
+    ]
 
 
 def format_table(rows: Iterable[Mapping[str, str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:

@@ -14,6 +14,7 @@ The runner is injected: ``runner(cmd, stdin_text) -> (rc, stdout, stderr)``. An 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -111,3 +112,25 @@ def run_parser_check(python: str, args: Sequence[str], runner: Runner) -> tuple[
     if result["ok"]:
         return True, f"sglang {version} accepts: {' '.join(args)}"
     return False, f"sglang {version} rejects the rendered flags: {result['error']} (args: {' '.join(args)})"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Remembering a passed check (sglang_args_check's cache_dir)
+# --------------------------------------------------------------------------------------------------------
+
+
+def check_cache_key(
+    python_realpath: str, venv_identity: Sequence[int], args: Sequence[str], expected_version: str | None
+) -> str:
+    """The name of the stamp that remembers that this release accepted these arguments.
+
+    A release's venv is never changed in place (sglang_runtime builds a new one under a new name), so the
+    interpreter's path (its bin directory resolved) and the identity of its ``pyvenv.cfg`` (inode and mtime:
+    a rebuilt venv gets a new one) name the parser. With the exact arguments and the pinned version, a stamp
+    proves that the same check passed before, and the parser (which imports sglang: seconds of CPU per node)
+    need not be built again.
+    """
+    material = json.dumps(
+        [python_realpath, [int(v) for v in venv_identity], list(args), expected_version or ""], sort_keys=True
+    )
+    return hashlib.sha256(material.encode()).hexdigest()

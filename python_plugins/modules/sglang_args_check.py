@@ -27,6 +27,15 @@ options:
   expected_version:
     description: When set, fail unless the installed sglang is this version.
     type: str
+  cache_dir:
+    description:
+      - When set, a passed check leaves a stamp here, named after the release's interpreter (its resolved
+        path and the identity of its venv's C(pyvenv.cfg)), the arguments and the pinned version.
+      - The same check with a stamp returns its remembered result without building the parser again, which
+        imports sglang and costs seconds of CPU. Releases are never changed in place, so a stamp cannot go
+        stale; a rebuilt venv gets a new key.
+      - No stamp is written in check mode.
+    type: path
 author: glm5-deploy
 """
 
@@ -56,10 +65,17 @@ values:
   description: The non-default values the parser produced (destination name to value).
   type: dict
   returned: when accepted
+cached:
+  description: Whether the result came from a stamp in I(cache_dir) (the parser was not built).
+  type: bool
+  returned: always
 """
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_parser_check import run_parser_checks
+from ansible.module_utils.sglang_parser_check import check_cache_key, run_parser_checks
 
 
 def main() -> None:
@@ -68,10 +84,19 @@ def main() -> None:
             "python": {"type": "path", "required": True},
             "args": {"type": "list", "elements": "str", "required": True},
             "expected_version": {"type": "str"},
+            "cache_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
     python, args = module.params["python"], module.params["args"]
+    stamp = _stamp_path(module, python, args)
+    if stamp and os.path.isfile(stamp):
+        try:
+            with open(stamp, encoding="utf-8") as handle:
+                remembered = json.load(handle)
+            module.exit_json(changed=False, accepted=True, cached=True, **remembered)
+        except (OSError, ValueError):
+            pass  # an unreadable stamp: check again
 
     def runner(cmd: list[str], data: str) -> tuple[int, str, str]:
         return module.run_command(cmd, data=data, binary_data=True)
@@ -88,13 +113,40 @@ def main() -> None:
     if not result["ok"]:
         msg = f"sglang {version} rejects the rendered flags: {result['error']}. Rendered: {' '.join(args)}"
         module.fail_json(msg=msg, accepted=False, message=msg, sglang_version=version)
-    module.exit_json(
-        changed=False,
-        accepted=True,
-        sglang_version=version,
-        message=f"sglang {version} accepts the {len(args)} rendered arguments",
-        values=result.get("values", {}),
-    )
+    outcome = {
+        "sglang_version": version,
+        "message": f"sglang {version} accepts the {len(args)} rendered arguments",
+        "values": result.get("values", {}),
+    }
+    if stamp and not module.check_mode:
+        _write_stamp(stamp, outcome)
+    module.exit_json(changed=False, accepted=True, cached=False, **outcome)
+
+
+def _stamp_path(module: AnsibleModule, python: str, args: list[str]) -> str | None:
+    """The stamp of this check in cache_dir, or None without a cache (or a venv to identify)."""
+    cache_dir = module.params["cache_dir"]
+    # The venv's bin directory, resolved (current -> releases/<name>); not the interpreter itself, which is a
+    # symlink to the system's Python.
+    real = os.path.join(os.path.realpath(os.path.dirname(python)), os.path.basename(python))
+    cfg = os.path.join(os.path.dirname(os.path.dirname(real)), "pyvenv.cfg")
+    if not cache_dir or not os.path.isfile(cfg):
+        return None
+    info = os.stat(cfg)
+    key = check_cache_key(real, (info.st_ino, info.st_mtime_ns), args, module.params["expected_version"])
+    return os.path.join(cache_dir, key + ".json")
+
+
+def _write_stamp(stamp: str, outcome: dict) -> None:
+    """Write the stamp atomically; a cache that cannot be written only costs the next run a check."""
+    try:
+        os.makedirs(os.path.dirname(stamp), mode=0o755, exist_ok=True)
+        partial = f"{stamp}.{os.getpid()}.tmp"
+        with open(partial, "w", encoding="utf-8") as handle:
+            json.dump(outcome, handle)
+        os.replace(partial, stamp)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ These tests need the lab up (`make lab-up`; `make integration` does it first).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +59,45 @@ class Run:
         }
 
 
+def _runner(
+    tmp_path: Path,
+    playbook: str,
+    extravars: dict[str, Any] | None = None,
+    cmdline: str = "",
+    inventory: str | Path | None = None,
+    verbosity: int = 0,
+) -> Run:
+    """Run a playbook of this repository (default: against the lab inventory) in a fresh private dir."""
+    private = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+    private.mkdir()
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(ROOT),
+        playbook=str(ROOT / playbook),
+        inventory=str(inventory or ROOT / "inventory" / "lab"),
+        extravars=extravars or {},
+        cmdline=cmdline or None,
+        verbosity=verbosity or None,
+        envvars={
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # An inventory outside inventory/lab (a test's own) still finds the lab's scripts.
+            "GLM5_LAB_DIR": str(ROOT / "lab"),
+        },
+        quiet=True,
+    )
+    stdout = (private / "artifacts").glob("*/stdout")
+    run = Run(
+        runner.rc,
+        runner.status,
+        runner.stats or {},
+        list(runner.events),
+        "".join(p.read_text(errors="replace") for p in stdout),
+    )
+    shutil.rmtree(private / "artifacts", ignore_errors=True)
+    return run
+
+
 @pytest.fixture(scope="session")
 def lab_up() -> None:
     """Skip nothing: fail loudly when the lab is not up, so a broken setup is never a green run."""
@@ -83,34 +124,7 @@ def run_playbook(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iter
         inventory: str | Path | None = None,
         verbosity: int = 0,
     ) -> Run:
-        private = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
-        private.mkdir()
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            project_dir=str(ROOT),
-            playbook=str(ROOT / playbook),
-            inventory=str(inventory or ROOT / "inventory" / "lab"),
-            extravars=extravars or {},
-            cmdline=cmdline or None,
-            verbosity=verbosity or None,
-            envvars={
-                "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-                "ANSIBLE_NOCOLOR": "1",
-                # An inventory outside inventory/lab (a test's own) still finds the lab's scripts.
-                "GLM5_LAB_DIR": str(ROOT / "lab"),
-            },
-            quiet=True,
-        )
-        stdout = (private / "artifacts").glob("*/stdout")
-        run = Run(
-            runner.rc,
-            runner.status,
-            runner.stats or {},
-            list(runner.events),
-            "".join(p.read_text(errors="replace") for p in stdout),
-        )
-        shutil.rmtree(private / "artifacts", ignore_errors=True)
-        return run
+        return _runner(tmp_path, playbook, extravars, cmdline, inventory, verbosity)
 
     yield _run
 
@@ -141,3 +155,60 @@ def adhoc(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Callable[..
         }
 
     return _adhoc
+
+
+# --------------------------------------------------------------------------------------------------------
+# One site.yml run at -vvv with gpu-node-3 on the NaN-poisoned copy, shared by the serving-safety tests (the
+# node fails and stays out of the router) and the security tests (no key in the output of a run that
+# handles every key, failure messages included).
+# --------------------------------------------------------------------------------------------------------
+
+NAN_NODE = "gpu-node-3"
+NAN_REPO = "glm5-lab/glm5-lab-tiny-nan"
+
+
+def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A shell command in a lab host's container (the harness's own reads and faults, outside Ansible)."""
+    argv = ["podman", "exec", f"glm5-lab-{host}", "sh", "-c", command]
+    return subprocess.run(argv, capture_output=True, text=True, check=check)
+
+
+def router_workers() -> dict[str, dict[str, Any]]:
+    """The router's workers by URL, read on lab-gateway with the lab's admin key (on no command line)."""
+    script = (
+        "import sys, urllib.request;"
+        "r = urllib.request.Request('http://127.0.0.1:30000/workers',"
+        " headers={'Authorization': 'Bearer ' + sys.stdin.read().strip()});"
+        "print(urllib.request.urlopen(r, timeout=10).read().decode())"
+    )
+    shown = subprocess.run(
+        ["podman", "exec", "-i", "glm5-lab-lab-gateway", "python3", "-c", script],
+        input=SECRETS["sglang_router_admin_key"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {w["url"].rstrip("/"): w for w in json.loads(shown.stdout).get("workers") or []}
+
+
+@pytest.fixture(scope="session")
+def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[tuple[Run, float]]:
+    """site.yml at -vvv with NAN_NODE's checkpoint set to the NaN copy (its own inventory's host_vars), and
+    when it started. Afterwards NAN_NODE serves the inventory's model again (restore_nan_node)."""
+    inventory = tmp_path_factory.mktemp("nan-inventory") / "lab"
+    shutil.copytree(ROOT / "inventory" / "lab", inventory, symlinks=True)
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    (inventory / "host_vars" / f"{NAN_NODE}.yml").write_text(f"model_checkpoint_repo: {NAN_REPO}\n")
+    started = time.time()
+    run = _runner(tmp_path_factory.mktemp("nan-site"), "site.yml", inventory=inventory, verbosity=3)
+    yield run, started
+    restore_nan_node(tmp_path_factory.mktemp("nan-restore"))
+
+
+def restore_nan_node(tmp_path: Path) -> None:
+    """NAN_NODE back on the inventory's model, proven and in the router (serve.yml ends with validate.yml);
+    nothing to do when its unit already names the inventory's model."""
+    if "tiny-nan" not in lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout:
+        return
+    run = _runner(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
+    assert run.status == "successful", run.stats

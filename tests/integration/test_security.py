@@ -12,19 +12,24 @@ import subprocess
 import time
 
 import pytest
-from conftest import LAB_NODES, ROOT, SECRETS, Run, leaks
+from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, leaks
 
 PATTERNS_FILE = "/root/.glm5-leak-patterns"
-UNITS = {"sglang.service": LAB_NODES, "sglang-router.service": ("lab-gateway",)}
+UNITS = {
+    "sglang.service": LAB_NODES,
+    "sglang-router.service": ("lab-gateway",),
+    "sglang-guard.service": ("lab-gateway",),
+}
 MAX_EXPOSURE = 4.0
 
 
 @pytest.fixture(scope="module")
-def verbose_run(run_playbook) -> tuple[Run, float]:
-    """site.yml at -vvv on the converged fleet (every task that handles a key runs), and when it started."""
-    started = time.time()
-    run = run_playbook("site.yml", verbosity=3)
-    assert run.status == "successful", run.stats
+def verbose_run(nan_site) -> tuple[Run, float]:
+    """site.yml at -vvv on the converged fleet, and when it started: every task that handles a key runs, and
+    with one node on the NaN copy (conftest.nan_site, shared with test_serving_safety) the failure path too:
+    its checkpoint download, its restart, its failed check and the router taking it out."""
+    run, started = nan_site
+    assert run.status == "failed" and set(run.stats.get("failures", {})) == {NAN_NODE}, run.stats
     return run, started
 
 
@@ -82,7 +87,8 @@ def test_no_secret_in_systemctl_show_or_the_process_list(adhoc) -> None:
     shown = adhoc(
         "lab",
         "ansible.builtin.shell",
-        "systemctl show sglang.service sglang-router.service; systemctl show-environment; "
+        "systemctl show sglang.service sglang-router.service sglang-guard.service; "
+        "systemctl show-environment; "
         'runuser -u nobody -- sh -c \'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "\'',
     )
     for host, res in shown.items():
@@ -97,7 +103,7 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
     hits = scan(
         adhoc,
         f"{{ TZ=UTC journalctl --no-pager -o cat --since '{since}'; "
-        "for u in sglang sglang-router; do id=$(systemctl show $u -p InvocationID --value); "
+        "for u in sglang sglang-router sglang-guard; do id=$(systemctl show $u -p InvocationID --value); "
         '[ -z "$id" ] || journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$id; done; } '
         f"| grep -Ff {PATTERNS_FILE} | cut -c1-300 || true",
     )
@@ -107,6 +113,8 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
 def test_env_files_are_root_only(adhoc) -> None:
     modes = adhoc("sglang_nodes", "ansible.builtin.stat", "path=/etc/sglang/sglang.env")
     modes.update(adhoc("sglang_router", "ansible.builtin.stat", "path=/etc/sglang-router/router.env"))
+    guard = adhoc("sglang_router", "ansible.builtin.stat", "path=/etc/sglang-guard/guard.env")
+    modes.update({f"{host} (guard)": res for host, res in guard.items()})
     for host, res in modes.items():
         stat = res["stat"]
         assert (stat["mode"], stat["pw_name"], stat["gr_name"]) == ("0600", "root", "root"), host
@@ -117,8 +125,20 @@ def test_the_service_users_are_system_users_without_a_login_shell(adhoc) -> None
     for host, res in users.items():
         _, _, uid, _, _, _, shell = res["stdout"].split(":")
         assert int(uid) < 1000 and shell in ("/usr/sbin/nologin", "/bin/false"), (host, res["stdout"])
-    router = adhoc("sglang_router", "ansible.builtin.command", "systemctl show sglang-router -p DynamicUser")
-    assert router["lab-gateway"]["stdout"] == "DynamicUser=yes"
+    for unit in ("sglang-router", "sglang-guard"):
+        router = adhoc("sglang_router", "ansible.builtin.command", f"systemctl show {unit} -p DynamicUser")
+        assert router["lab-gateway"]["stdout"] == "DynamicUser=yes", unit
+
+
+def test_no_secret_in_the_guard_metrics() -> None:
+    """The guard holds the router's admin key and the server key; its metrics (open to scrapers) hold none."""
+    shown = lab(
+        "lab-gateway",
+        'python3 -c "import urllib.request; print(urllib.request.urlopen('
+        "'http://127.0.0.1:29100/metrics', timeout=10).read().decode())\"",
+    ).stdout
+    assert "glm5_guard_verdict" in shown, shown[:2000]
+    assert leaks(shown) == []
 
 
 @pytest.mark.parametrize("unit", sorted(UNITS))
@@ -146,8 +166,12 @@ def test_the_units_reference_the_key_files_only(adhoc) -> None:
     for host, res in units.items():
         assert leaks(res["stdout"]) == [], host
         server = host in LAB_NODES
-        wanted = "--config /etc/sglang/secrets.yaml" if server else "EnvironmentFile=/etc/sglang-router"
-        assert wanted in res["stdout"], host
+        wanted = (
+            ["--config /etc/sglang/secrets.yaml"]
+            if server
+            else ["EnvironmentFile=/etc/sglang-router", "EnvironmentFile=/etc/sglang-guard"]
+        )
+        assert all(w in res["stdout"] for w in wanted), host
     secrets = adhoc("sglang_nodes", "ansible.builtin.stat", "path=/etc/sglang/secrets.yaml")
     for host, res in secrets.items():
         stat = res["stat"]

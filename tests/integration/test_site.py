@@ -61,12 +61,12 @@ def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
 def test_fleet_summary_names_every_node(converged) -> None:
     summary = converged[0].results("Summarize the fleet")
     lines = next(iter(summary.values()))["msg"]
-    assert lines[0].split() == ["host", "gpus", "arch", "driver", "profile", "release", "validated"]
+    assert lines[0].split() == ["host", "gpus", "arch", "driver", "profile", "release", "validated", "router"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == set(LAB_NODES)
     for row in rows.values():
         assert "sm120" in row and "RTX PRO 6000" in row and "580.159.04" in row
-        assert "cpu/current" in row and "0.5.23-" in row and row.split()[-1] == "passed"
+        assert "cpu/current" in row and "0.5.23-" in row and row.split()[-2:] == ["passed", "in"]
     json.dumps(summary)  # the summary is plain data a report can store
 
 

@@ -86,13 +86,33 @@ def test_rows_give_ratios_and_show_a_changed_no_op() -> None:
     assert "commit abc" in text
 
 
+def test_the_guard_row_gives_detection_against_the_interval() -> None:
+    stamp = {"date": "2026-11-30", "command": "c", "machine": benchlib.machine(), "commit": "abc"}
+    guard = {
+        "interval_s": 10.0,
+        "first_failed_verdict_to_out_s": 12.5,
+        "first_failed_verdict_to_out_intervals": 1.25,
+        "poisoned_to_out_s": 20.0,
+        "fixed_to_in_s": 70.0,
+        "requests": 400,
+        "wrong_answers_before_out": 3,
+        "wrong_answers_after_out": 0,
+        "min_replicas_in_router": 2,
+        "guard_cpu_s_per_hour": 36.0,
+    }
+    (row,) = benchlib.rows({"P6": {**stamp, "guard": guard}})
+    assert row[0] == "P6 guard: a node answering garbage"
+    assert "3 wrong before it was out, 0 after" in row[1] and "guard CPU 36.0 s per hour" in row[1]
+    assert row[2] == "detection / interval: 1.25; guard CPU / wall: 1.00%"
+
+
 def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
     """docs/benchmarks.md is generated: it must be what lab/bench/suite.py --render-only writes from the
     committed records and plots (so no figure is edited by hand)."""
     figures = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(RECORDS.glob("P*.json"))}
     # Every figure once make bench has run; P5 (make test) is measured by running this very suite, so while
     # it runs the page holds the others.
-    assert figures and set(figures) <= {"P1", "P2", "P3", "P4", "P5"}, "run make bench"
+    assert figures and set(figures) <= {"P1", "P2", "P3", "P4", "P5", "P6"}, "run make bench"
     plots = sorted(str(p) for p in RECORDS.glob("*.png"))
     assert plots, "make bench draws plots beside the records"
     expected = benchlib.render_markdown(figures, plots)

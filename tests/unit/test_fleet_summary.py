@@ -90,3 +90,34 @@ def test_a_skipped_check_is_not_a_failure() -> None:
     skipped = {"skipped": True, "changed": False}
     assert host_row("n2", {"sglang_validate_result": skipped})["validated"] == "-"
     assert validation_rows("n2", skipped)[0]["verdict"] == "not checked"
+
+
+def test_router_cell_says_where_the_replica_is_with_the_symptom() -> None:
+    from ansible.module_utils.fleet_summary import router_cell
+
+    failed = {"passed": False, "msg": "probe 2+2: content '!!!!!!!!' is degenerate"}
+    assert router_cell("in", {"passed": True}) == "in"
+    assert router_cell("out", failed) == "out of the router: probe 2+2: content '!!!!!!!!' is degenerate"
+    assert router_cell("out", None) == "out of the router: inference check failed"
+    assert router_cell(None, failed) == "-"
+    long = router_cell("out", {"msg": "x " * 200})
+    assert len(long) <= len("out of the router: ") + 80 and long.endswith("…")
+
+
+def test_host_row_shows_the_routing_fact() -> None:
+    hostvars = {"sglang_validate_result": {"passed": False, "msg": "NaN"}, "sglang_router_replica": "out"}
+    row = host_row("n1", hostvars)
+    assert (row["validated"], row["router"]) == ("FAILED", "out of the router: NaN")
+
+
+def test_proven_replicas_are_the_passed_checked_hosts() -> None:
+    from ansible.module_utils.fleet_summary import proven_replicas
+
+    hostvars = {
+        "a": {"sglang_validate_result": {"passed": True}},
+        "b": {"sglang_validate_result": {"passed": False}},
+        "c": {"sglang_validate_result": {"skipped": True}},
+        "d": {},
+    }
+    assert proven_replicas(["a", "b", "c", "d"], hostvars) == ["a"]
+    assert proven_replicas(["b", "d"], hostvars) == []

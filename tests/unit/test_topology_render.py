@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -45,7 +46,15 @@ def units(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    return {p.stem: p.read_text() for p in out.glob("*.service")}
+    return {p.stem: p.read_text() for p in out.glob("*.service")} | {
+        p.name: p.read_text() for p in out.glob("*.replica")
+    }
+
+
+@pytest.fixture(scope="module")
+def replicas(units: dict[str, str]) -> dict[str, dict]:
+    replica_files = {name: text for name, text in units.items() if name.endswith(".replica")}
+    return {name.removesuffix(".replica"): json.loads(text) for name, text in replica_files.items()}
 
 
 def test_the_two_node_replica_gets_ranks_and_rank_0s_address(units: dict[str, str]) -> None:
@@ -62,9 +71,12 @@ def test_a_one_node_replica_renders_no_multi_node_flags(units: dict[str, str]) -
     assert flag(a, "--tp-size") == "8"
 
 
-def test_only_rank_0_is_registered_with_the_router(units: dict[str, str]) -> None:
+def test_only_rank_0_is_registered_with_the_router(units: dict[str, str], replicas: dict[str, dict]) -> None:
+    # The router starts with no worker: a replica is registered only once proven (validate.yml, replica.yml).
     router = exec_start(units["gateway"])
-    urls = router[router.index("--worker-urls") + 1 : router.index("--worker-urls") + 3]
-    assert urls == ["http://10.0.0.5:30000", "http://10.0.0.7:30000"]
-    assert "http://10.0.0.8:30000" not in router
+    assert "--worker-urls" not in router and not any("10.0.0." in a for a in router)
     assert "not-a-secret-test-key" not in units["gateway"]
+    # replica.yml: each node's replica is its rank 0's URL, and only rank 0 registers it.
+    assert replicas["node-a"] == {"leader": True, "url": "http://10.0.0.5:30000"}
+    assert replicas["node-b"] == {"leader": True, "url": "http://10.0.0.7:30000"}
+    assert replicas["node-c"] == {"leader": False, "url": "http://10.0.0.7:30000"}

@@ -1,0 +1,256 @@
+"""No user request reaches a node that answers garbage: site.yml proves each replica before routing it, and
+the guard (sglang-guard on lab-gateway) keeps judging the answers after the play ends.
+
+1. site.yml with gpu-node-3 on the NaN-poisoned copy (the shared -vvv run, conftest.nan_site): the play fails
+   naming that node, the router does not route to it, the other nodes serve.
+2. With the lab serving the load generator through the router, gpu-node-3 starts answering garbage
+   outside Ansible (its model directory swapped for the NaN copy, the service restarted by hand). The guard
+   takes it out within K intervals, no wrong answer goes through the router from then on, the failed-verdict
+   alert fires in the lab's Prometheus, the node rejoins once fixed, and the router never has fewer than N-1
+   replicas.
+The guard against a rolling update (a held replica is never put back) is proven in molecule/rolling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, restore_nan_node, router_workers
+
+GUARD = "lab-gateway"
+MODELS = "/var/lib/sglang/models"
+HEALTHY_DIR = f"{MODELS}/glm5-lab-tiny"
+NAN_DIR = f"{MODELS}/glm5-lab-tiny-nan"
+LOADGEN = "/usr/local/lib/glm5-lab-loadgen"
+LOADGEN_FILES = "/var/tmp/glm5-guard-chaos"
+FAIL_AFTER = 2  # sglang_guard_fail_after's default, which the lab keeps
+
+
+def url(host: str) -> str:
+    return f"http://{host}:30000"
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 1.0) -> object:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(every)
+
+
+def guard_interval() -> float:
+    return float(json.loads(lab(GUARD, "cat /etc/sglang-guard/guard.json").stdout)["interval"])
+
+
+def guard_journal(since: float) -> list[tuple[float, str]]:
+    """The guard's journal lines since ``since`` (epoch seconds), with their times."""
+    shown = lab(GUARD, f"journalctl -u sglang-guard --no-pager -o short-unix --since @{since:.0f}").stdout
+    lines = []
+    for line in shown.splitlines():
+        stamp, _, text = line.partition(" ")
+        try:
+            lines.append((float(stamp), text))
+        except ValueError:
+            continue
+    return lines
+
+
+def guard_cpu_seconds() -> float:
+    """The guard process's CPU seconds so far (its own process_cpu_seconds_total metric)."""
+    shown = lab(
+        GUARD,
+        'python3 -c "import urllib.request; print(urllib.request.urlopen('
+        "'http://127.0.0.1:29100/metrics', timeout=10).read().decode())\"",
+    ).stdout
+    match = re.search(r"^process_cpu_seconds_total ([0-9.e+]+)$", shown, re.M)
+    assert match, shown[:2000]
+    return float(match.group(1))
+
+
+def alerts() -> list[dict]:
+    """The alerts of the lab's Prometheus on lab-gateway (its HTTP API, on loopback there)."""
+    shown = lab(
+        GUARD,
+        'python3 -c "import urllib.request; print(urllib.request.urlopen('
+        "'http://127.0.0.1:9090/api/v1/alerts', timeout=10).read().decode())\"",
+    ).stdout
+    return json.loads(shown)["data"]["alerts"]
+
+
+def failure(run: Run, host: str) -> str:
+    return "\n".join(
+        str(e["event_data"]["res"].get("msg", ""))
+        for e in run.events
+        if e.get("event") == "runner_on_failed" and e["event_data"].get("host") == host
+    )
+
+
+def test_site_fails_the_nan_node_and_the_router_does_not_route_to_it(nan_site) -> None:
+    run, _ = nan_site
+    assert run.status == "failed"
+    assert run.count("failures", NAN_NODE) == 1, run.stats
+    for host in LAB_NODES:
+        if host != NAN_NODE:
+            assert run.count("failures", host) == 0, (host, failure(run, host))
+    message = failure(run, NAN_NODE)
+    assert message.startswith(f"{NAN_NODE}: ") and "Out of the router." in message, message
+    assert re.search(r"!!!!|logprob", message), message
+    # The fleet summary names it out of the router, with the symptom; the others are in.
+    lines = next(iter(run.results("Summarize the fleet").values()))["msg"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert "FAILED" in rows[NAN_NODE] and "out of the router: " in rows[NAN_NODE], rows[NAN_NODE]
+    for host in LAB_NODES:
+        if host != NAN_NODE:
+            assert rows[host].split()[-1] == "in", rows[host]
+    # When the play ends the router does not route to it; the others serve, and its answers pass.
+    workers = router_workers()
+    assert url(NAN_NODE) not in workers, sorted(workers)
+    for host in LAB_NODES:
+        if host != NAN_NODE:
+            assert workers[url(host)]["is_healthy"], workers[url(host)]
+    (through,) = run.results("Ask the probes through the router and judge the answers").values()
+    assert through["passed"], through.get("msg")
+
+
+@pytest.fixture
+def loadgen() -> Callable[[], dict]:
+    """The lab's load generator on lab-gateway through the router (loopback); the returned call stops it and
+    gives its report (requests, failures with their times, the router's healthy-worker timeline)."""
+    lab(GUARD, f"rm -f {LOADGEN_FILES}.stop {LOADGEN_FILES}.json")
+    subprocess.run(
+        ["podman", "cp", str(ROOT / "lab" / "bin" / "loadgen"), f"glm5-lab-{GUARD}:{LOADGEN}"], check=True
+    )
+    subprocess.run(
+        [
+            "podman", "exec", "-d", f"glm5-lab-{GUARD}", LOADGEN,
+            "--url", "http://127.0.0.1:30000",
+            "--admin-key", SECRETS["sglang_router_admin_key"],
+            "--api-key", SECRETS["sglang_server_api_key"],
+            "--concurrency", "1", "--max-requests", "100000", "--max-seconds", "900", "--max-tokens", "64",
+            "--stop-file", f"{LOADGEN_FILES}.stop", "--out", f"{LOADGEN_FILES}.json",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    stopped = False
+
+    def stop() -> dict:
+        nonlocal stopped
+        stopped = True
+        lab(GUARD, f"touch {LOADGEN_FILES}.stop")
+        wait_for("the load generator's report", lambda: lab(GUARD, f"test -s {LOADGEN_FILES}.json", False)
+                 .returncode == 0, 180)  # fmt: skip
+        return json.loads(lab(GUARD, f"cat {LOADGEN_FILES}.json").stdout)
+
+    yield stop
+    if not stopped:
+        lab(GUARD, f"touch {LOADGEN_FILES}.stop")
+
+
+def swap_models(poison: bool) -> float:
+    """By hand, outside Ansible: gpu-node-3's model directory becomes the NaN copy (or the healthy one again),
+    and the service is restarted. Returns when the restart was asked."""
+    if poison:
+        move = f"mv {HEALTHY_DIR} {HEALTHY_DIR}.healthy && mv {NAN_DIR} {HEALTHY_DIR}"
+    else:
+        move = f"mv {HEALTHY_DIR} {NAN_DIR} && mv {HEALTHY_DIR}.healthy {HEALTHY_DIR}"
+    at = time.time()
+    lab(NAN_NODE, f"{move} && systemctl restart sglang")
+    return at
+
+
+def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, tmp_path, capsys) -> None:
+    restore_nan_node(tmp_path)
+    workers = router_workers()
+    assert all(workers.get(url(h), {}).get("is_healthy") for h in LAB_NODES), workers
+    interval = guard_interval()
+    victim = url(NAN_NODE)
+    cpu_before = guard_cpu_seconds()
+    test_started = time.time()
+    poisoned = swap_models(poison=True)
+    try:
+        wait_for(
+            "the guard to take the node out", lambda: victim not in router_workers(), 10 * interval + 120
+        )
+        journal = guard_journal(poisoned - 1)
+        fails = [t for t, line in journal if "verdict" in line and victim in line and "result=fail" in line]
+        outs = [t for t, line in journal if f"transition replica={victim} out " in line]
+        assert fails and outs, journal[-20:]
+        # Out within K intervals of its first failed verdict (K failed verdicts in a row, one per interval).
+        assert outs[0] - fails[0] <= FAIL_AFTER * interval, (fails[:3], outs[0])
+        # Once it serves again, on the NaN copy, the guard judges the content itself, not only liveness.
+        garbage = wait_for(
+            "a verdict on the NaN copy's answers",
+            lambda: [
+                line
+                for _, line in guard_journal(poisoned - 1)
+                if victim in line and "result=fail" in line and re.search(r"!!!!|logprob|degenerate", line)
+            ],
+            240,
+            every=2,
+        )
+        # The failed-verdict alert fires in the lab's Prometheus.
+        wait_for(
+            "GLM5FailedVerdict firing for the node",
+            lambda: [
+                a
+                for a in alerts()
+                if a["labels"].get("alertname") == "GLM5FailedVerdict"
+                and a["labels"].get("replica") == victim
+                and a["state"] == "firing"
+            ],
+            120,
+            every=2,
+        )
+        assert victim not in router_workers()
+    finally:
+        fixed = swap_models(poison=False)
+    wait_for(
+        "the node back in the router, healthy",
+        lambda: router_workers().get(victim, {}).get("is_healthy"),
+        240 + 6 * interval,
+        every=2,
+    )
+    back = guard_journal(fixed - 1)
+    ins = [t for t, line in back if f"transition replica={victim} in " in line]
+    assert ins, back[-20:]
+    report = loadgen()
+
+    assert report["requests"] > 0, report
+    start = report["started_epoch"]
+    wrong_after = [s for s in report["failure_at_s"] if start + s >= outs[0]]
+    assert wrong_after == [], (wrong_after, report["failures"])
+    assert report["min_healthy_workers"] >= len(LAB_NODES) - 1, report["healthy_timeline"]
+
+    # The numbers for docs/benchmarks.md (measured, not asserted).
+    cpu_after = guard_cpu_seconds()
+    wall = time.time() - test_started
+    wrong_before = [s for s in report["failure_at_s"] if start + s < outs[0]]
+    first_wrong = start + wrong_before[0] if wrong_before else None
+    numbers = {
+        "interval_s": interval,
+        "first_failed_verdict_to_out_s": round(outs[0] - fails[0], 1),
+        "first_failed_verdict_to_out_intervals": round((outs[0] - fails[0]) / interval, 2),
+        "first_wrong_answer_to_out_s": round(outs[0] - first_wrong, 1) if first_wrong else None,
+        "poisoned_to_out_s": round(outs[0] - poisoned, 1),
+        "fixed_to_in_s": round(ins[0] - fixed, 1),
+        "requests": report["requests"],
+        "wrong_answers_before_out": len(wrong_before),
+        "wrong_answers_after_out": len(wrong_after),
+        "min_replicas_in_router": report["min_healthy_workers"],
+        "guard_cpu_s_per_hour": round((cpu_after - cpu_before) / wall * 3600, 1),
+        "garbage_verdict": garbage[0][:200],
+    }
+    out = ROOT / ".ansible" / "guard-numbers.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(numbers, indent=1) + "\n")
+    with capsys.disabled():
+        print(f"\nguard: {json.dumps(numbers)}")

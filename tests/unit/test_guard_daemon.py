@@ -1,0 +1,1036 @@
+"""The content guard daemon against a real HTTP server on 127.0.0.1 that plays the router and the replicas.
+
+The replicas serve the real sglang 0.5.23 answers of tests/fixtures/sglang-responses/ (copies of
+../shared/fixtures/sglang-responses/), healthy or NaN-poisoned; the router speaks smg's admin API
+(GET/POST /workers, DELETE /workers/{id}). The daemon's cycle runs in this process. Only loopback addresses
+are used. The Prometheus tests need prometheus_client (installed in the guard's own venv, not in .venv):
+without it they are skipped, and say so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import ansible.module_utils.inference_judge as module_judge
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from project_modules import load_module
+from sglang_captures import load, names
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE_UTILS = ROOT / "python_plugins" / "module_utils"
+GUARD_FILE = ROOT / "roles" / "sglang_guard" / "files" / "sglang_guard.py"
+
+ADMIN_KEY = "adm-SECRET-router-0123456789"
+SERVER_KEY = "sk-SECRET-server-0123456789"
+WORKER_KEY = "wk-SECRET-worker-0123456789"
+KEYS = (ADMIN_KEY, SERVER_KEY, WORKER_KEY)
+ENV = {
+    "SGLANG_GUARD_ROUTER_ADMIN_KEY": ADMIN_KEY,
+    "SGLANG_GUARD_SERVER_API_KEY": SERVER_KEY,
+    "SGLANG_GUARD_WORKER_API_KEY": WORKER_KEY,
+}
+PROMETHEUS_MISSING = (
+    "prometheus_client is not installed in this venv (it is in the guard's own venv); "
+    "the metrics part is not tested here"
+)
+
+
+def load_guard() -> ModuleType:
+    """roles/sglang_guard/files/sglang_guard.py as the module ``sglang_guard``, with its neighbours
+    (inference_judge, fleet_topology, guard_policy) importable as top-level modules, as when installed."""
+    added = str(MODULE_UTILS) not in sys.path
+    if added:
+        sys.path.insert(0, str(MODULE_UTILS))
+    try:
+        spec = importlib.util.spec_from_file_location("sglang_guard", GUARD_FILE)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sglang_guard"] = module
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(str(MODULE_UTILS))
+    return module
+
+
+GUARD = load_guard()
+MODULE = load_module("sglang_inference_check")
+judge = GUARD.inference_judge
+policy = GUARD.guard_policy
+
+
+# --- The fake fleet: one server, the router under /router, each replica under /<name>
+
+
+def prime_with_logprobs() -> bytes:
+    """The real prime answer, carrying the real 2+2 answer's (finite) logprobs, as a logprobs request gets."""
+    body = json.loads(load("healthy_chat_prime_greedy").body)
+    body["choices"][0]["logprobs"] = json.loads(load("healthy_chat_2plus2_logprobs").body)["choices"][0][
+        "logprobs"
+    ]
+    return json.dumps(body).encode()
+
+
+@dataclass
+class Fleet:
+    """The router's workers and each replica's behaviour; records every request."""
+
+    url: str = ""
+    modes: dict[str, str] = field(default_factory=dict)  # healthy | nan | echo | slow | capture
+    capture: str = ""  # the capture a 'capture' replica answers chats with
+    router_echo: bool = False  # the router answers GET /workers with an error quoting the bare key
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def replica(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    @property
+    def router(self) -> str:
+        return f"{self.url}/router"
+
+    def register(self, name: str) -> str:
+        worker_id = str(uuid.uuid4())
+        self.workers[worker_id] = {
+            "id": worker_id,
+            "url": self.replica(name),
+            "is_healthy": True,
+            "status": "ready",
+            "load": 0,
+        }
+        return worker_id
+
+    def registered(self) -> set[str]:
+        return {w["url"] for w in self.workers.values() if w["status"] != "draining"}
+
+    def count(self, method: str, prefix: str) -> int:
+        return sum(1 for m, path, _, _ in self.requests if m == method and path.startswith(prefix))
+
+    def calls(self, method: str, prefix: str) -> list[tuple[str, dict[str, str], Any]]:
+        return [(p, h, b) for m, p, h, b in self.requests if m == method and p.startswith(prefix)]
+
+
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            headers = dict(self.headers.items())
+            with fleet.lock:
+                fleet.requests.append((method, self.path, headers, body))
+            try:
+                if self.path.startswith("/router/"):
+                    self._router(method, headers, body)
+                else:
+                    self._replica(method, headers, body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _router(self, method: str, headers: dict[str, str], body: Any) -> None:
+            if headers.get("Authorization") != f"Bearer {ADMIN_KEY}":
+                _reply(self, 401, b'{"error": "Unauthorized"}')
+                return
+            if fleet.router_echo:
+                token = headers["Authorization"].removeprefix("Bearer ")
+                _reply(self, 500, f"internal error while checking the key {token}".encode())
+                return
+            with fleet.lock:
+                if method == "GET" and self.path == "/router/workers":
+                    listed = list(fleet.workers.values())
+                    answer = json.dumps({"workers": listed, "total": len(listed)}).encode()
+                    # A drained worker is listed once as 'draining', then gone (smg: about 5 s).
+                    for worker_id in [w["id"] for w in listed if w["status"] == "draining"]:
+                        del fleet.workers[worker_id]
+                    _reply(self, 200, answer)
+                elif method == "POST" and self.path == "/router/workers":
+                    if body["url"] in {w["url"] for w in fleet.workers.values()}:
+                        _reply(self, 409, b'{"error": "Worker already exists"}')
+                        return
+                    worker_id = str(uuid.uuid4())
+                    fleet.workers[worker_id] = {
+                        "id": worker_id,
+                        "url": body["url"],
+                        "is_healthy": True,
+                        "status": "ready",
+                    }
+                    _reply(self, 202, json.dumps({"status": "accepted", "worker_id": worker_id}).encode())
+                elif method == "DELETE" and self.path.startswith("/router/workers/"):
+                    worker = fleet.workers.get(self.path.rsplit("/", 1)[1])
+                    if worker is None:
+                        _reply(self, 404, b'{"error": "Worker not found"}')
+                        return
+                    worker["status"] = "draining"
+                    _reply(self, 202, b'{"status": "accepted"}')
+                else:
+                    _reply(self, 404, b'{"detail": "Not Found"}')
+
+        def _replica(self, method: str, headers: dict[str, str], body: Any) -> None:
+            name, _, rest = self.path.lstrip("/").partition("/")
+            mode = fleet.modes.get(name)
+            if mode is None:
+                _reply(self, 404, b'{"detail": "Not Found"}')
+                return
+            if mode == "echo":  # a server that echoes the request headers in its error, key included
+                message = f"rejected {headers.get('Authorization')}; request headers were {headers}"
+                _reply(self, 500, json.dumps({"object": "error", "message": message}).encode())
+                return
+            if headers.get("Authorization") != f"Bearer {SERVER_KEY}":
+                _reply(self, 401, b'{"object": "error", "message": "Missing API key"}')
+                return
+            if method == "GET" and rest == "v1/models":
+                _reply(self, 200, load("healthy_v1_models").body)
+            elif method == "POST" and rest == "v1/chat/completions":
+                self._chat(mode, body)
+            else:
+                _reply(self, 404, b'{"detail": "Not Found"}')
+
+        def _chat(self, mode: str, body: Any) -> None:
+            if mode == "slow":
+                time.sleep(3)
+            if mode == "capture":
+                capture = load(fleet.capture)
+                if capture.status is None:  # the capture has no answer: the server dropped the connection
+                    self.close_connection = True
+                    return
+                _reply(self, capture.status, capture.body)
+            elif mode == "nan":
+                _reply(self, 200, load("nan_lnf__chat_greedy_logprobs").body)
+            elif "2+2" in body["messages"][0]["content"]:
+                _reply(self, 200, load("healthy_chat_2plus2_logprobs").body)
+            else:
+                _reply(self, 200, prime_with_logprobs())
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def fleet() -> Iterator[Fleet]:
+    fake = Fleet()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    httpd.daemon_threads = True
+    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def config_for(fleet: Fleet, tmp_path: Path, replicas: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "router_url": fleet.router,
+        "replicas": [fleet.replica(name) for name in replicas],
+        "interval": 60,
+        "fail_after": 2,
+        "recover_after": 3,
+        "probes": None,
+        "timeout": 10,
+        "logprobs": True,
+        "model": None,
+        "metrics_host": "127.0.0.1",
+        "metrics_port": 29100,
+        "hold_dir": str(tmp_path / "holds"),
+        "state_file": str(tmp_path / "state" / "state.json"),
+        "ca_bundle": None,
+        **extra,
+    }
+
+
+def make_guard(fleet: Fleet, tmp_path: Path, replicas: list[str], metrics: Any = None, **extra: Any) -> Any:
+    config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, replicas, **extra))
+    guard = GUARD.Guard(config, GUARD.Secrets.from_env(ENV), metrics=metrics, retry_delay=0)
+    guard.load_state()
+    return guard
+
+
+def assert_no_keys(text: str) -> None:
+    for key in KEYS:
+        assert key not in text
+    assert "SECRET" not in text  # no fragment either
+
+
+# --- One cycle: verdicts
+
+
+def test_one_cycle_judges_each_replica_with_the_module_probes(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+
+    report = guard.cycle()
+
+    a, b = fleet.replica("gpu-a"), fleet.replica("gpu-b")
+    assert report.router_up
+    assert report.checks[a].passed and report.checks[a].model == "/srv/models/tiny-chat-gpt2"
+    assert [p["name"] for p in report.checks[a].probes] == ["2+2", "prime"]
+    assert not report.checks[b].passed
+    symptom = report.checks[b].symptom
+    assert symptom.startswith("probe '2+2': degenerate output '!!!!!!!!!!!!!!!!' ('!' repeated 16 times)")
+    assert "32 of 32 logprobs are null" in symptom and " | probe 'prime': " in symptom
+    assert (guard.states[a].verdict, guard.states[b].verdict) == ("pass", "fail")
+    assert report.actions == [] and fleet.count("DELETE", "/router") == 0
+
+    # The requests are the module's: model from /v1/models, logprobs, temperature 0, the server key.
+    chats = fleet.calls("POST", "/gpu-a/v1/chat/completions")
+    assert [body["messages"][0]["content"] for _, _, body in chats] == [
+        probe["prompt"] for probe in judge.DEFAULT_PROBES
+    ]
+    assert all(
+        body["model"] == "/srv/models/tiny-chat-gpt2" and body["logprobs"] is True for *_, body in chats
+    )
+    assert all(h["Authorization"] == f"Bearer {SERVER_KEY}" for _, h, _ in fleet.calls("POST", "/gpu-"))
+    assert all(h["Authorization"] == f"Bearer {ADMIN_KEY}" for _, h, _ in fleet.calls("GET", "/router"))
+
+    out = capsys.readouterr().out.splitlines()
+    assert f"verdict replica={a} result=pass passes=1" in out
+    assert any(
+        line.startswith(f"verdict replica={b} result=fail failures=1 symptom=\"probe '2+2'") for line in out
+    )
+    assert_no_keys("\n".join(out))
+    saved = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert saved["replicas"][b]["consecutive_failures"] == 1
+
+
+def test_poisoned_replica_goes_out_after_k_cycles_and_back_after_m(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a")
+    b_id = fleet.register("gpu-b")
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    b = fleet.replica("gpu-b")
+
+    guard.cycle()
+    assert fleet.count("DELETE", "/router") == 0
+    report = guard.cycle()
+    assert [(a.kind, a.url) for a in report.actions] == [("remove", b)]
+    assert [path for path, _, _ in fleet.calls("DELETE", "/router")] == [f"/router/workers/{b_id}"]
+    assert guard.states[b].removed_by_guard and not guard.states[b].in_router
+    assert b not in fleet.registered()
+
+    guard.cycle()  # the router still lists it as draining: not registered, not deleted again
+    guard.cycle()  # gone
+    assert fleet.count("DELETE", "/router") == 1
+
+    fleet.modes["gpu-b"] = "healthy"  # fixed (say, restarted by hand without a hold)
+    for number in range(1, 4):
+        report = guard.cycle()
+        assert fleet.count("POST", "/router/workers") == (1 if number == 3 else 0), number
+    assert [body for _, _, body in fleet.calls("POST", "/router/workers")] == [
+        {"url": b, "api_key": WORKER_KEY}
+    ]
+    assert b in fleet.registered()
+    state = guard.states[b]
+    assert (state.in_router, state.removed_by_guard, state.transitions_out, state.transitions_in) == (
+        True,
+        False,
+        1,
+        1,
+    )
+
+    out = capsys.readouterr().out
+    assert f"transition replica={b} out after 2 failed verdicts: probe '2+2': degenerate output" in out
+    assert f"transition replica={b} in after 3 passed verdicts" in out
+    assert_no_keys(out)
+
+
+def test_re_adding_without_a_worker_key_sends_no_api_key(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
+    fleet.register("gpu-a")
+    config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, ["gpu-a", "gpu-b"], recover_after=1))
+    secrets = GUARD.Secrets.from_env({**ENV, "SGLANG_GUARD_WORKER_API_KEY": ""})
+    guard = GUARD.Guard(config, secrets, retry_delay=0, out=lambda line: None)
+    b = fleet.replica("gpu-b")
+    guard.cycle()
+    assert [body for _, _, body in fleet.calls("POST", "/router/workers")] == [{"url": b}]
+
+
+def test_the_last_healthy_replica_is_never_deleted(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "nan", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    for _ in range(3):
+        guard.cycle()
+    assert fleet.count("DELETE", "/router") == 0
+    assert fleet.registered() == {fleet.replica("gpu-a"), fleet.replica("gpu-b")}
+    assert [s.alerts for s in guard.states.values()] == [2, 2]
+    out = capsys.readouterr().out
+    alert = f"alert replica={fleet.replica('gpu-a')} failures=3: {policy.LAST_REPLICA_REASON}: probe '2+2'"
+    assert alert in out
+
+
+def test_a_held_replica_is_not_probed_nor_removed(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    (holds / "gpu-b").write_text(fleet.replica("gpu-b") + "/\nwritten by the rolling update\n")
+    (holds / "empty").write_text("")
+    (holds / "a-directory").mkdir()
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    b = fleet.replica("gpu-b")
+
+    for _ in range(3):
+        guard.cycle()
+    assert fleet.count("GET", "/gpu-b/") == fleet.count("POST", "/gpu-b/") == 0
+    assert fleet.count("DELETE", "/router") == 0
+    assert (guard.states[b].verdict, guard.states[b].held) == ("held", True)
+    out = capsys.readouterr().out
+    assert f"verdict replica={b} result=held" in out
+    assert f"holds: the hold marker {holds / 'empty'} is empty; ignored" in out
+
+    (holds / "gpu-b").unlink()  # released, still poisoned: K fresh failures, then out
+    guard.cycle()
+    assert fleet.count("DELETE", "/router") == 0
+    guard.cycle()
+    assert fleet.count("DELETE", "/router") == 1
+
+
+def test_unreadable_holds_mean_no_router_actions(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    (tmp_path / "holds").write_text("not a directory")  # listing it fails like a directory we may not read
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    for _ in range(3):
+        report = guard.cycle()
+        assert report.router_up and report.actions == []
+    assert fleet.count("DELETE", "/router") == 0
+    assert guard.states[fleet.replica("gpu-b")].consecutive_failures == 3
+    out = capsys.readouterr().out
+    assert "holds: cannot list the hold directory" in out and "holds: unknown, so no router actions" in out
+
+
+def test_read_holds(tmp_path: Path) -> None:
+    assert GUARD.read_holds(tmp_path / "missing") == (set(), [])
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    (holds / "0a1b").write_text("  http://gpu-node-1:30000/ \nwritten by a playbook\n")
+    (holds / "sub").mkdir()
+    assert GUARD.read_holds(holds) == ({"http://gpu-node-1:30000"}, [])
+    if os.geteuid() != 0:  # root reads anything: the unreadable marker cannot be made
+        (holds / "locked").write_text("http://gpu-node-2:30000")
+        (holds / "locked").chmod(0)
+        held, problems = GUARD.read_holds(holds)
+        assert held is None and "cannot read the hold marker" in problems[0]
+
+
+def test_a_replica_someone_else_took_out_comes_back_after_m_passes(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
+    fleet.register("gpu-a")  # gpu-b was taken out by a playbook or an operator, without a hold
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    b = fleet.replica("gpu-b")
+    for number in range(1, 4):
+        guard.cycle()
+        assert fleet.count("POST", "/router") == (1 if number == 3 else 0), number
+    assert [body for _, _, body in fleet.calls("POST", "/router/workers")] == [
+        {"url": b, "api_key": WORKER_KEY}
+    ]
+    assert b in fleet.registered()
+    state = guard.states[b]
+    assert (state.in_router, state.removed_by_guard, state.transitions_in) == (True, False, 1)
+    out = capsys.readouterr().out
+    assert f"transition replica={b} in after 3 passed verdicts" in out
+    assert_no_keys(out)
+
+
+def test_a_held_replica_out_of_the_router_is_never_added_back(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
+    fleet.register("gpu-a")  # gpu-b is kept out on purpose: a hold marker says so
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    (holds / "gpu-b").write_text(fleet.replica("gpu-b") + "\nkept out by an operator\n")
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    guard.out = lambda line: None
+    b = fleet.replica("gpu-b")
+    for _ in range(6):
+        guard.cycle()
+    assert fleet.count("POST", "/router") == 0 and b not in fleet.registered()
+    assert fleet.count("POST", "/gpu-b/") == 0  # not even probed
+    assert (guard.states[b].verdict, guard.states[b].consecutive_passes) == ("held", 0)
+
+    (holds / "gpu-b").unlink()  # released: M fresh passes, then back
+    for number in range(1, 4):
+        guard.cycle()
+        assert fleet.count("POST", "/router") == (1 if number == 3 else 0), number
+    assert b in fleet.registered()
+
+
+def test_a_router_that_lost_all_its_workers_is_refilled_after_m_passes(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The router is started with no workers; restarted outside Ansible, it comes back empty. The guard puts
+    back every replica that passed its last M checks, and no other."""
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "healthy"})
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        fleet.register(name)
+    a, b, c = (fleet.replica(name) for name in ("gpu-a", "gpu-b", "gpu-c"))
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-c"])
+    for _ in range(3):
+        guard.cycle()
+    assert fleet.count("POST", "/router") == 0
+
+    with fleet.lock:
+        fleet.workers.clear()  # the router restarted (host reboot, crash): empty
+    fleet.modes["gpu-c"] = "nan"  # and gpu-c went bad meanwhile
+    report = guard.cycle()  # a and b passed M checks in a row already (this one included)
+    assert [(action.kind, action.url) for action in report.actions] == [("add", a), ("add", b)]
+    assert fleet.registered() == {a, b}
+    for _ in range(3):
+        report = guard.cycle()
+        assert report.actions == []  # c fails: out it stays; not registered, so nothing to remove or alert
+    assert fleet.registered() == {a, b}
+
+    fleet.modes["gpu-c"] = "healthy"
+    for number in range(1, 4):
+        guard.cycle()
+        assert fleet.registered() == ({a, b, c} if number == 3 else {a, b}), number
+    assert [body["url"] for _, _, body in fleet.calls("POST", "/router/workers")] == [a, b, c]
+    assert not any(s.removed_by_guard for s in guard.states.values())
+    assert_no_keys(capsys.readouterr().out)
+
+
+def test_a_guard_and_router_starting_from_nothing_fill_the_router_after_m_passes(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """No state file and an empty router (first start, or the router host rebooted without the state): the
+    first M - 1 cycles add nothing, the M-th adds every replica that passed them all."""
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "nan"})
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-c"])
+    guard.out = lambda line: None
+    for number in range(1, 4):
+        report = guard.cycle()
+        assert report.router_up
+        assert fleet.count("POST", "/router") == (2 if number == 3 else 0), number
+    assert fleet.registered() == {fleet.replica("gpu-a"), fleet.replica("gpu-b")}
+    assert fleet.count("DELETE", "/router") == 0
+
+
+def test_a_replica_a_playbook_put_back_is_released_by_the_guard(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    b = fleet.replica("gpu-b")
+    guard.cycle(), guard.cycle(), guard.cycle(), guard.cycle()
+    assert guard.states[b].removed_by_guard and b not in fleet.registered()
+
+    fleet.modes["gpu-b"] = "healthy"
+    fleet.register("gpu-b")  # the rolling update put it back
+    guard.cycle()
+    assert not guard.states[b].removed_by_guard and guard.states[b].in_router
+    assert (
+        f"note replica={b} is back in the router and the guard did not put it there"
+        in capsys.readouterr().out
+    )
+    assert fleet.count("POST", "/router") == 0
+
+
+def test_router_unreachable_means_verdicts_but_no_actions(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    down = f"http://127.0.0.1:{free_port()}"
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"], router_url=down)
+    b = fleet.replica("gpu-b")
+    guard.states[b].in_router = True
+    guard.states[b].consecutive_failures = 5
+    report = guard.cycle()
+    assert not report.router_up and report.actions == []
+    assert guard.states[b].consecutive_failures == 6 and guard.states[b].in_router
+    assert f"router unreachable at {down}: connection refused; no router actions this cycle" in (
+        capsys.readouterr().out
+    )
+
+
+def test_router_refusing_the_admin_key_is_reported_not_acted_on(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy"})
+    fleet.register("gpu-a")
+    config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, ["gpu-a"]))
+    guard = GUARD.Guard(config, GUARD.Secrets(server_api_key=SERVER_KEY), retry_delay=0)
+    report = guard.cycle()
+    assert not report.router_up
+    assert "GET /workers answered HTTP 401" in capsys.readouterr().out
+    assert all("Authorization" not in h for _, h, _ in fleet.calls("GET", "/router"))
+
+
+def test_a_key_echoed_by_the_router_is_scrubbed_from_the_journal(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes["gpu-a"] = "healthy"
+    fleet.router_echo = True
+    guard = make_guard(fleet, tmp_path, ["gpu-a"])
+    assert not guard.cycle().router_up
+    out = capsys.readouterr().out
+    assert "GET /workers answered HTTP 500: internal error while checking the key <redacted>" in out
+    assert_no_keys(out)
+
+
+def test_the_guards_removals_survive_a_restart(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
+    fleet.register("gpu-a"), fleet.register("gpu-b")
+    b = fleet.replica("gpu-b")
+    first = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    first.cycle(), first.cycle()
+    assert fleet.count("DELETE", "/router") == 1
+
+    fleet.modes["gpu-b"] = "healthy"
+    second = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])  # a new process, same state file
+    assert second.states[b].removed_by_guard and second.states[b].transitions_out == 1
+    for _ in range(3):
+        second.cycle()
+    assert fleet.count("POST", "/router/workers") == 1
+    assert not list((tmp_path / "state").glob(".*.tmp"))
+
+
+def test_a_damaged_state_file_starts_from_scratch(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text("{not json")
+    fleet.modes["gpu-a"] = "healthy"
+    guard = make_guard(fleet, tmp_path, ["gpu-a"])
+    assert "state: cannot read" in capsys.readouterr().out
+    assert not guard.states[fleet.replica("gpu-a")].removed_by_guard
+
+
+def test_keys_never_reach_the_logs_the_state_or_the_once_output(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes.update({"gpu-a": "healthy", "gpu-e": "echo"})
+    fleet.register("gpu-a"), fleet.register("gpu-e")
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a", "gpu-e"], model="default")))
+    for _ in range(3):
+        assert GUARD.main(["--config", str(path), "--once"], environ=ENV) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out[captured.out.rindex("\n{\n") :])
+    e = fleet.replica("gpu-e")
+    # The echoing replica did send our key back, and it was scrubbed everywhere.
+    assert "Bearer <redacted>" in document["states"][e]["symptom"]
+    assert document["states"][e]["removed_by_guard"] and document["actions"] == []  # out in run 2
+    assert fleet.count("DELETE", "/router") == 1
+    assert_no_keys(captured.out + captured.err)
+    assert_no_keys((tmp_path / "state" / "state.json").read_text())
+    assert repr(GUARD.Secrets.from_env(ENV)) == "Secrets()"
+
+
+def test_once_prints_the_states_as_json(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes["gpu-a"] = "healthy"
+    fleet.register("gpu-a")
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a"])))
+    assert GUARD.main(["--config", str(path), "--once"], environ=ENV) == 0
+    out = capsys.readouterr().out
+    document = json.loads(out[out.index("{\n") :])
+    a = fleet.replica("gpu-a")
+    assert document["router_up"] is True
+    assert document["states"][a]["verdict"] == "pass" and document["states"][a]["in_router"] is True
+    assert [p["name"] for p in document["checks"][a]["probes"]] == ["2+2", "prime"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"replicas": []}, "'replicas' must be a non-empty list"),
+        ({"replicas": ["gpu-node-1:30000"]}, "'replicas[0]' must be an http:// or https:// URL"),
+        ({"router_url": None}, "'router_url' must be an http:// or https:// URL"),
+        ({"fail_after": 0}, "fail_after must be an integer of at least 1"),
+        ({"interval": 0}, "'interval' must be a number of seconds above 0"),
+        ({"probes": [{"name": "x"}]}, "probes: probe 'x' needs exactly one of 'prompt' or 'messages'"),
+        ({"metrics_port": 70000}, "'metrics_port' must be a TCP port"),
+        ({"fail_afer": 3}, "unknown keys ['fail_afer']"),
+    ],
+)
+def test_bad_config_exits_2_with_a_clear_message(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], words: str
+) -> None:
+    data = config_for(fleet, tmp_path, ["gpu-a"])
+    data.update(change)
+    if change.get("replicas") == ["gpu-node-1:30000"]:
+        data["replicas"] = change["replicas"]
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps(data))
+    assert GUARD.main(["--config", str(path), "--once"], environ=ENV) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_config_defaults_and_url_normalization(fleet: Fleet, tmp_path: Path) -> None:
+    config = GUARD.Config.from_mapping(
+        {"router_url": "http://127.0.0.1:30000/", "replicas": [" http://gpu-node-1:30000/ "]}
+    )
+    assert config.router_url == "http://127.0.0.1:30000"
+    assert config.replicas == ("http://gpu-node-1:30000",)
+    assert (config.interval, config.fail_after, config.recover_after, config.timeout) == (60, 2, 3, 120)
+    assert [p.name for p in config.probes] == ["2+2", "prime"]
+    assert (config.metrics_host, config.metrics_port, config.verify) == ("127.0.0.1", 29100, True)
+    with pytest.raises(GUARD.ConfigError, match="lists a URL twice"):
+        GUARD.Config.from_mapping({"router_url": "http://r", "replicas": ["http://a/", "http://a"]})
+
+
+# --- Schedule and stopping
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "expected"),
+    [
+        (100.0, 130.0, (160.0, 0)),
+        (100.0, 159.9, (160.0, 0)),
+        (100.0, 160.0, (220.0, 1)),
+        (100.0, 290.0, (340.0, 3)),
+    ],
+)
+def test_next_tick_stays_on_the_grid(previous: float, now: float, expected: tuple[float, int]) -> None:
+    assert GUARD.next_tick(previous, 60.0, now) == expected
+
+
+def test_run_forever_stops_promptly(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.modes["gpu-a"] = "healthy"
+    fleet.register("gpu-a")
+    guard = make_guard(fleet, tmp_path, ["gpu-a"], interval=30)
+    guard.out = lambda line: None
+    thread = threading.Thread(target=guard.run_forever, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while guard.states[fleet.replica("gpu-a")].verdict is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    guard.stop.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and time.monotonic() - started < 1.0
+    assert fleet.count("POST", "/gpu-a/v1/chat/completions") == 2  # one cycle, not a busy loop
+
+
+def test_a_stop_during_slow_probes_abandons_the_cycle(fleet: Fleet, tmp_path: Path) -> None:
+    fleet.modes.update({"gpu-a": "slow"})
+    fleet.register("gpu-a")
+    guard = make_guard(fleet, tmp_path, ["gpu-a"])
+    guard.out = lambda line: None
+    threading.Timer(0.3, guard.stop.set).start()
+    started = time.monotonic()
+    assert guard.cycle() is None
+    assert time.monotonic() - started < 2.0 and guard.abandoned == 1
+    assert not (tmp_path / "state" / "state.json").exists()
+
+
+# --- The guard's verdict is the module's verdict
+
+
+CHAT_FIXTURES = [name for name in names() if "_chat_" in name]
+HELLO = {
+    "name": "hello",
+    "prompt": "Say hello.",
+    "max_tokens": 64,
+    "expect": "(?i)hello",
+    "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+}
+
+
+def probe_for(fixture: str) -> dict[str, Any]:
+    if "prime" in fixture:
+        return dict(judge.DEFAULT_PROBES[1])
+    if "hello" in fixture:
+        return dict(HELLO)
+    return dict(judge.DEFAULT_PROBES[0])
+
+
+def run_module(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    with patch_module_args(args), pytest.raises(SystemExit):
+        MODULE.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_guard_and_module_share_one_judge() -> None:
+    assert (
+        Path(judge.__file__).resolve()
+        == Path(module_judge.__file__).resolve()
+        == MODULE_UTILS / ("inference_judge.py")
+    )
+    assert judge is not module_judge  # two imports of one file: the test below compares real behaviour
+
+
+def test_there_are_chat_fixtures_of_both_kinds() -> None:
+    assert any(n.startswith("healthy_") for n in CHAT_FIXTURES) and any(
+        n.startswith("nan_") for n in CHAT_FIXTURES
+    )
+    assert "nan_lnf__chat_sampled_t0.8_top_p0.9" in CHAT_FIXTURES  # the one without an answer (a crash)
+
+
+@pytest.mark.parametrize("logprobs", [True, False], ids=["logprobs", "no-logprobs"])
+@pytest.mark.parametrize("fixture", CHAT_FIXTURES)
+def test_guard_verdict_equals_module_verdict(
+    fixture: str, logprobs: bool, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes["eq"] = "capture"
+    fleet.capture = fixture
+    url = fleet.replica("eq")
+    probe = probe_for(fixture)
+    module = run_module(
+        {
+            "url": url,
+            "api_key": SERVER_KEY,
+            "model": "default",
+            "probes": [probe],
+            "logprobs": logprobs,
+            "timeout": 10,
+            "retries": 0,
+            "retry_delay": 0,
+        },
+        capsys,
+    )
+    guard = GUARD.check_replica(
+        url,
+        judge.normalize_probes([probe]),
+        api_key=SERVER_KEY,
+        model="default",
+        logprobs=logprobs,
+        timeout=10,
+        retries=0,
+        retry_delay=0,
+    )
+
+    assert fleet.count("POST", "/eq/v1/chat/completions") == 2  # one each, nothing retried
+    bodies = [body for _, _, body in fleet.calls("POST", "/eq/")]
+    assert bodies[0] == bodies[1]  # the same request
+    keep = [key for key in module["probes"][0] if key != "latency_s"]
+    assert {k: guard.probes[0][k] for k in keep} == {k: module["probes"][0][k] for k in keep}
+    assert guard.passed == module["passed"]
+    if module["passed"]:
+        assert guard.symptom == "" and "msg" not in module
+    else:
+        assert module["msg"].endswith(f"1 of 1 probes failed: {guard.symptom}")
+
+
+@pytest.mark.parametrize("mode", ["healthy", "nan"])
+def test_default_probes_with_model_discovery_match_the_module(
+    mode: str, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes["eq"] = mode
+    url = fleet.replica("eq")
+    module = run_module({"url": url, "api_key": SERVER_KEY, "retry_delay": 0}, capsys)
+    guard = GUARD.check_replica(url, judge.normalize_probes(None), api_key=SERVER_KEY, retry_delay=0)
+    assert guard.model == module["model"] == "/srv/models/tiny-chat-gpt2"
+    assert [(p["name"], p["passed"], p["failures"]) for p in guard.probes] == [
+        (p["name"], p["passed"], p["failures"]) for p in module["probes"]
+    ]
+    assert guard.passed is module["passed"] is (mode == "healthy")
+    if mode == "nan":
+        assert module["msg"].endswith(f"2 of 2 probes failed: {guard.symptom}")
+
+
+def test_refused_connection_is_retried_and_described_as_the_module_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    probe = dict(judge.DEFAULT_PROBES[0])
+    module = run_module({"url": url, "model": "m", "probes": [probe], "retries": 2, "retry_delay": 0}, capsys)
+    guard = GUARD.check_replica(url, judge.normalize_probes([probe]), model="m", retries=2, retry_delay=0)
+    assert (
+        guard.probes[0]["failures"]
+        == module["probes"][0]["failures"]
+        == [
+            "connection refused",
+            "gave up after 3 attempts",
+        ]
+    )
+    assert guard.probes[0]["attempts"] == module["probes"][0]["attempts"] == 3
+    listing = GUARD.check_replica(url, judge.normalize_probes(None), retries=1, retry_delay=0)
+    assert (
+        listing.symptom
+        == f"cannot list the models at {url}/v1/models: connection refused, gave up after 2 attempts"
+    )
+
+
+def test_timeout_is_described_as_the_module_does(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet.modes["eq"] = "slow"
+    url = fleet.replica("eq")
+    probe = dict(judge.DEFAULT_PROBES[0])
+    module = run_module(
+        {"url": url, "api_key": SERVER_KEY, "model": "m", "probes": [probe], "timeout": 1, "retry_delay": 0},
+        capsys,
+    )
+    guard = GUARD.check_replica(
+        url, judge.normalize_probes([probe]), api_key=SERVER_KEY, model="m", timeout=1
+    )
+    assert guard.probes[0]["failures"] == module["probes"][0]["failures"] == ["no answer before the timeout"]
+
+
+# --- Metrics
+
+
+def test_metrics_follow_the_states_and_carry_no_keys(fleet: Fleet, tmp_path: Path) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
+    registry = prometheus_client.CollectorRegistry()
+    metrics = GUARD.Metrics(registry)
+    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan", "gpu-e": "echo"})
+    for name in ("gpu-a", "gpu-b", "gpu-e"):
+        fleet.register(name)
+    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-e"], metrics=metrics, model="default")
+    guard.out = lambda line: None
+    a, b, e = (fleet.replica(n) for n in ("gpu-a", "gpu-b", "gpu-e"))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    guard.cycle(), guard.cycle()
+    assert value("glm5_guard_verdict", replica=a) == 1.0
+    assert value("glm5_guard_verdict", replica=b) == 0.0
+    assert value("glm5_guard_transitions_total", replica=b, direction="out") == 1.0
+    assert value("glm5_guard_transitions_total", replica=a, direction="out") == 0.0
+    assert value("glm5_guard_removed", replica=b) == 1.0 and value("glm5_guard_in_router", replica=b) == 0.0
+    assert value("glm5_guard_consecutive_failures", replica=b) == 2.0
+    assert value("glm5_guard_healthy_replicas") == 1.0 and value("glm5_guard_router_up") == 1.0
+    assert value("glm5_guard_held", replica=a) == 0.0 and value("glm5_guard_alerts_total", replica=a) == 0.0
+    assert value("glm5_guard_last_check_timestamp_seconds", replica=a) == pytest.approx(time.time(), abs=60)
+    assert value("glm5_guard_cycle_seconds") > 0 and value("glm5_guard_last_cycle_timestamp_seconds") > 0
+    text = prometheus_client.generate_latest(registry).decode()
+    symptoms = re.findall(
+        r'glm5_guard_symptom_info\{replica="([^"]+)",symptom="((?:[^"\\]|\\.)*)"\} 1\.0', text
+    )
+    assert sorted(url for url, _ in symptoms) == [b, e]
+    assert all(len(re.sub(r"\\(.)", r"\1", symptom)) <= policy.LABEL_MAX for _, symptom in symptoms)
+    assert "Bearer <redacted>" in text  # the echoing replica sent the key back; it was scrubbed
+    assert_no_keys(text)
+
+    fleet.modes["gpu-b"] = "healthy"
+    (tmp_path / "holds").mkdir()
+    (tmp_path / "holds" / "e").write_text(e)
+    for _ in range(3):
+        guard.cycle()
+    text = prometheus_client.generate_latest(registry).decode()
+    assert "glm5_guard_symptom_info{" not in text  # no stale label sets
+    assert value("glm5_guard_transitions_total", replica=b, direction="in") == 1.0
+    assert value("glm5_guard_verdict", replica=e) is None and value("glm5_guard_held", replica=e) == 1.0
+    assert value("glm5_guard_healthy_replicas") == 2.0
+
+
+def test_counters_resume_from_the_saved_state(fleet: Fleet, tmp_path: Path) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
+    fleet.modes["gpu-a"] = "healthy"
+    fleet.register("gpu-a")
+    a = fleet.replica("gpu-a")
+    (tmp_path / "state").mkdir()
+    saved = {"replicas": {a: {"transitions_out": 4, "transitions_in": 3, "alerts": 7, "verdict": "pass"}}}
+    (tmp_path / "state" / "state.json").write_text(json.dumps(saved))
+    registry = prometheus_client.CollectorRegistry()
+    guard = make_guard(fleet, tmp_path, ["gpu-a"], metrics=GUARD.Metrics(registry))
+    guard.out = lambda line: None
+    guard.cycle(), guard.cycle()
+    assert (
+        registry.get_sample_value("glm5_guard_transitions_total", {"replica": a, "direction": "out"}) == 4.0
+    )
+    assert registry.get_sample_value("glm5_guard_alerts_total", {"replica": a}) == 7.0
+
+
+def test_the_daemon_process_serves_metrics_and_stops_on_sigterm(fleet: Fleet, tmp_path: Path) -> None:
+    """The real entry point in a child process: metrics over HTTP (process collectors included), SIGTERM."""
+    pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
+    fleet.modes["gpu-a"] = "healthy"
+    fleet.register("gpu-a")
+    port = free_port()
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a"], interval=1, metrics_port=port)))
+    env = {**os.environ, **ENV, "PYTHONPATH": os.pathsep.join([str(MODULE_UTILS), *sys.path])}
+    child = subprocess.Popen(
+        [sys.executable, str(GUARD_FILE), "--config", str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    cycled = re.compile(
+        r"^glm5_guard_last_cycle_timestamp_seconds [1-9]", re.MULTILINE
+    )  # 0.0 until a cycle ends
+    try:
+        text = ""
+        deadline = time.monotonic() + 20
+        while not cycled.search(text) and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+                    text = answer.read().decode()
+            except OSError:
+                continue
+        assert cycled.search(text), f"no finished cycle in the metrics: {text[-500:]!r}"
+        assert "process_cpu_seconds_total" in text
+        assert f'glm5_guard_verdict{{replica="{fleet.replica("gpu-a")}"}} 1.0' in text
+        assert_no_keys(text)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=5)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert "start: 1 replicas" in out and "router_admin_key=set" in out and "stop: SIGTERM" in out
+    assert_no_keys(out + err)
