@@ -200,7 +200,7 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"guard CPU {g['guard_cpu_s_per_hour']} s per hour"
         )
         ratios = (
-            f"detection / interval: {g['first_failed_verdict_to_out_intervals']:.2f}; "
+            f"fault to out / interval: {g['poisoned_to_out_intervals']:.2f}; "
             f"guard CPU / wall: {g['guard_cpu_s_per_hour'] / 3600:.2%}"
         )
         out.append(("P6 guard: a node answering garbage", measured, ratios, p6["date"], p6["command"]))

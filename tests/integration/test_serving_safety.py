@@ -29,6 +29,7 @@ NAN_DIR = f"{MODELS}/glm5-lab-tiny-nan"
 LOADGEN = "/usr/local/lib/glm5-lab-loadgen"
 LOADGEN_FILES = "/var/tmp/glm5-guard-chaos"
 FAIL_AFTER = 2  # sglang_guard_fail_after's default, which the lab keeps
+CHECK_SLACK = 3 * 5 + 5  # one check of a server that refuses connections: 3 retries 5 s apart, and a margin
 
 
 def url(host: str) -> str:
@@ -184,8 +185,11 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
         fails = [t for t, line in journal if "verdict" in line and victim in line and "result=fail" in line]
         outs = [t for t, line in journal if f"transition replica={victim} out " in line]
         assert fails and outs, journal[-20:]
-        # Out within K intervals of its first failed verdict (K failed verdicts in a row, one per interval).
-        assert outs[0] - fails[0] <= FAIL_AFTER * interval, (fails[:3], outs[0])
+        # Out on its K-th failed verdict in a row, one check per interval: within K intervals of the fault,
+        # plus what one check of a restarting server may take (a refused connection is retried 3 times, 5 s
+        # apart, as the inference check does).
+        assert len([t for t in fails if t <= outs[0]]) == FAIL_AFTER, (fails[:4], outs[0])
+        assert outs[0] - poisoned <= FAIL_AFTER * interval + CHECK_SLACK, (poisoned, fails[:3], outs[0])
         # Once it serves again, on the NaN copy, the guard judges the content itself, not only liveness.
         garbage = wait_for(
             "a verdict on the NaN copy's answers",
@@ -238,7 +242,7 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
     numbers = {
         "interval_s": interval,
         "first_failed_verdict_to_out_s": round(outs[0] - fails[0], 1),
-        "first_failed_verdict_to_out_intervals": round((outs[0] - fails[0]) / interval, 2),
+        "poisoned_to_out_intervals": round((outs[0] - poisoned) / interval, 2),
         "first_wrong_answer_to_out_s": round(outs[0] - first_wrong, 1) if first_wrong else None,
         "poisoned_to_out_s": round(outs[0] - poisoned, 1),
         "fixed_to_in_s": round(ins[0] - fixed, 1),

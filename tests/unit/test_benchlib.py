@@ -91,7 +91,7 @@ def test_the_guard_row_gives_detection_against_the_interval() -> None:
     guard = {
         "interval_s": 10.0,
         "first_failed_verdict_to_out_s": 12.5,
-        "first_failed_verdict_to_out_intervals": 1.25,
+        "poisoned_to_out_intervals": 2.0,
         "poisoned_to_out_s": 20.0,
         "fixed_to_in_s": 70.0,
         "requests": 400,
@@ -103,7 +103,7 @@ def test_the_guard_row_gives_detection_against_the_interval() -> None:
     (row,) = benchlib.rows({"P6": {**stamp, "guard": guard}})
     assert row[0] == "P6 guard: a node answering garbage"
     assert "3 wrong before it was out, 0 after" in row[1] and "guard CPU 36.0 s per hour" in row[1]
-    assert row[2] == "detection / interval: 1.25; guard CPU / wall: 1.00%"
+    assert row[2] == "fault to out / interval: 2.00; guard CPU / wall: 1.00%"
 
 
 def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
