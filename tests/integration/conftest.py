@@ -5,6 +5,7 @@ These tests need the lab up (`make lab-up`; `make integration` does it first).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -113,20 +114,9 @@ def lab_up() -> None:
 
 @pytest.fixture(scope="module")
 def run_playbook(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Callable[..., Run]]:
-    """Run a playbook of this repository against the lab inventory and collect its stats and events."""
-
-    tmp_path = tmp_path_factory.mktemp("runner")
-
-    def _run(
-        playbook: str,
-        extravars: dict[str, Any] | None = None,
-        cmdline: str = "",
-        inventory: str | Path | None = None,
-        verbosity: int = 0,
-    ) -> Run:
-        return _runner(tmp_path, playbook, extravars, cmdline, inventory, verbosity)
-
-    yield _run
+    """Run a playbook of this repository against the lab inventory and collect its stats and events:
+    ``run_playbook(playbook, extravars=None, cmdline="", inventory=None, verbosity=0)``."""
+    yield functools.partial(_runner, tmp_path_factory.mktemp("runner"))
 
 
 @pytest.fixture(scope="module")

@@ -258,3 +258,21 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
     out.write_text(json.dumps(numbers, indent=1) + "\n")
     with capsys.disabled():
         print(f"\nguard: {json.dumps(numbers)}")
+
+
+def test_the_lab_prometheus_runs_the_roles_configuration_and_scrapes_everything() -> None:
+    """The configuration sglang_monitoring wrote on lab-gateway passes `promtool check config`, and the lab's
+    real Prometheus scrapes every node, the router and the guard, with the rules loaded."""
+    checked = lab(GUARD, "promtool check config /etc/prometheus/prometheus.yml", check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    script = (
+        "import json, urllib.request;"
+        "get = lambda p: json.load(urllib.request.urlopen('http://127.0.0.1:9090/api/v1/' + p, timeout=10));"
+        "print(json.dumps([get('targets'), get('rules')]))"
+    )
+    targets, rules = json.loads(lab(GUARD, f'python3 -c "{script}"').stdout)
+    up = {(t["labels"]["job"], t["health"]) for t in targets["data"]["activeTargets"]}
+    jobs = {job for job, _ in up}
+    assert {"glm5-sglang", "glm5-router", "glm5-guard"} <= jobs, up
+    names = {r["name"] for group in rules["data"]["groups"] for r in group["rules"]}
+    assert {"GLM5FailedVerdict", "GLM5ReplicaOutOfRouter", "GLM5NoHealthyReplica"} <= names, names

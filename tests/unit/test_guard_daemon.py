@@ -14,16 +14,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,6 +29,8 @@ from typing import Any
 import ansible.module_utils.inference_judge as module_judge
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from chat_server import HELLO, JsonHandler, free_port, prime_with_logprobs, serving
+from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from project_modules import load_module
 from sglang_captures import load, names
 
@@ -80,15 +80,6 @@ policy = GUARD.guard_policy
 # --- The fake fleet: one server, the router under /router, each replica under /<name>
 
 
-def prime_with_logprobs() -> bytes:
-    """The real prime answer, carrying the real 2+2 answer's (finite) logprobs, as a logprobs request gets."""
-    body = json.loads(load("healthy_chat_prime_greedy").body)
-    body["choices"][0]["logprobs"] = json.loads(load("healthy_chat_2plus2_logprobs").body)["choices"][0][
-        "logprobs"
-    ]
-    return json.dumps(body).encode()
-
-
 @dataclass
 class Fleet:
     """The router's workers and each replica's behaviour; records every request."""
@@ -119,6 +110,15 @@ class Fleet:
         }
         return worker_id
 
+    def start(self, modes: dict[str, str], registered: Iterable[str] | None = None) -> None:
+        """The replicas in ``modes`` (name: behaviour) up; the router lists ``registered`` (default: all)."""
+        self.modes.update(modes)
+        for name in modes if registered is None else registered:
+            self.register(name)
+
+    def worker_id(self, name: str) -> str:
+        return next(w["id"] for w in self.workers.values() if w["url"] == self.replica(name))
+
     def registered(self) -> set[str]:
         return {w["url"] for w in self.workers.values() if w["status"] != "draining"}
 
@@ -129,50 +129,35 @@ class Fleet:
         return [(p, h, b) for m, p, h, b in self.requests if m == method and p.startswith(prefix)]
 
 
-def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
-def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else None
-            headers = dict(self.headers.items())
+def _handler(fleet: Fleet) -> type[JsonHandler]:
+    class Handler(JsonHandler):
+        def answer(self, method: str, headers: dict[str, str], body: Any) -> None:
             with fleet.lock:
                 fleet.requests.append((method, self.path, headers, body))
-            try:
-                if self.path.startswith("/router/"):
-                    self._router(method, headers, body)
-                else:
-                    self._replica(method, headers, body)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            if self.path.startswith("/router/"):
+                self._router(method, headers, body)
+            else:
+                self._replica(method, headers, body)
 
         def _router(self, method: str, headers: dict[str, str], body: Any) -> None:
             if headers.get("Authorization") != f"Bearer {ADMIN_KEY}":
-                _reply(self, 401, b'{"error": "Unauthorized"}')
+                self.reply(401, b'{"error": "Unauthorized"}')
                 return
             if fleet.router_echo:
                 token = headers["Authorization"].removeprefix("Bearer ")
-                _reply(self, 500, f"internal error while checking the key {token}".encode())
+                self.reply(500, f"internal error while checking the key {token}".encode())
                 return
             with fleet.lock:
                 if method == "GET" and self.path == "/router/workers":
                     listed = list(fleet.workers.values())
-                    answer = json.dumps({"workers": listed, "total": len(listed)}).encode()
+                    listing = json.dumps({"workers": listed, "total": len(listed)}).encode()
                     # A drained worker is listed once as 'draining', then gone (smg: about 5 s).
                     for worker_id in [w["id"] for w in listed if w["status"] == "draining"]:
                         del fleet.workers[worker_id]
-                    _reply(self, 200, answer)
+                    self.reply(200, listing)
                 elif method == "POST" and self.path == "/router/workers":
                     if body["url"] in {w["url"] for w in fleet.workers.values()}:
-                        _reply(self, 409, b'{"error": "Worker already exists"}')
+                        self.reply(409, b'{"error": "Worker already exists"}')
                         return
                     worker_id = str(uuid.uuid4())
                     fleet.workers[worker_id] = {
@@ -181,36 +166,36 @@ def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
                         "is_healthy": True,
                         "status": "ready",
                     }
-                    _reply(self, 202, json.dumps({"status": "accepted", "worker_id": worker_id}).encode())
+                    self.reply(202, json.dumps({"status": "accepted", "worker_id": worker_id}).encode())
                 elif method == "DELETE" and self.path.startswith("/router/workers/"):
                     worker = fleet.workers.get(self.path.rsplit("/", 1)[1])
                     if worker is None:
-                        _reply(self, 404, b'{"error": "Worker not found"}')
+                        self.reply(404, b'{"error": "Worker not found"}')
                         return
                     worker["status"] = "draining"
-                    _reply(self, 202, b'{"status": "accepted"}')
+                    self.reply(202, b'{"status": "accepted"}')
                 else:
-                    _reply(self, 404, b'{"detail": "Not Found"}')
+                    self.reply(404, b'{"detail": "Not Found"}')
 
         def _replica(self, method: str, headers: dict[str, str], body: Any) -> None:
             name, _, rest = self.path.lstrip("/").partition("/")
             mode = fleet.modes.get(name)
             if mode is None:
-                _reply(self, 404, b'{"detail": "Not Found"}')
+                self.reply(404, b'{"detail": "Not Found"}')
                 return
             if mode == "echo":  # a server that echoes the request headers in its error, key included
                 message = f"rejected {headers.get('Authorization')}; request headers were {headers}"
-                _reply(self, 500, json.dumps({"object": "error", "message": message}).encode())
+                self.reply(500, json.dumps({"object": "error", "message": message}).encode())
                 return
             if headers.get("Authorization") != f"Bearer {SERVER_KEY}":
-                _reply(self, 401, b'{"object": "error", "message": "Missing API key"}')
+                self.reply(401, b'{"object": "error", "message": "Missing API key"}')
                 return
             if method == "GET" and rest == "v1/models":
-                _reply(self, 200, load("healthy_v1_models").body)
+                self.reply(200, load("healthy_v1_models").body)
             elif method == "POST" and rest == "v1/chat/completions":
                 self._chat(mode, body)
             else:
-                _reply(self, 404, b'{"detail": "Not Found"}')
+                self.reply(404, b'{"detail": "Not Found"}')
 
         def _chat(self, mode: str, body: Any) -> None:
             if mode == "slow":
@@ -220,56 +205,26 @@ def _handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
                 if capture.status is None:  # the capture has no answer: the server dropped the connection
                     self.close_connection = True
                     return
-                _reply(self, capture.status, capture.body)
+                self.reply(capture.status, capture.body)
             elif mode == "nan":
-                _reply(self, 200, load("nan_lnf__chat_greedy_logprobs").body)
+                self.reply(200, load("nan_lnf__chat_greedy_logprobs").body)
             elif "2+2" in body["messages"][0]["content"]:
-                _reply(self, 200, load("healthy_chat_2plus2_logprobs").body)
+                self.reply(200, load("healthy_chat_2plus2_logprobs").body)
             else:
-                _reply(self, 200, prime_with_logprobs())
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
+                self.reply(200, prime_with_logprobs())
 
         def do_DELETE(self) -> None:
             self._serve("DELETE")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
     return Handler
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 @pytest.fixture
 def fleet() -> Iterator[Fleet]:
     fake = Fleet()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    httpd.daemon_threads = True
-    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(fake)) as url:
+        fake.url = url
         yield fake
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def config_for(fleet: Fleet, tmp_path: Path, replicas: list[str], **extra: Any) -> dict[str, Any]:
@@ -292,11 +247,24 @@ def config_for(fleet: Fleet, tmp_path: Path, replicas: list[str], **extra: Any) 
     }
 
 
-def make_guard(fleet: Fleet, tmp_path: Path, replicas: list[str], metrics: Any = None, **extra: Any) -> Any:
+def make_guard(
+    fleet: Fleet, tmp_path: Path, replicas: list[str], metrics: Any = None, quiet: bool = False, **extra: Any
+) -> Any:
+    """A guard over these replicas, its saved state loaded (``quiet``: its journal dropped after that)."""
     config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, replicas, **extra))
     guard = GUARD.Guard(config, GUARD.Secrets.from_env(ENV), metrics=metrics, retry_delay=0)
     guard.load_state()
+    if quiet:
+        guard.out = lambda line: None
     return guard
+
+
+def start_guard(
+    fleet: Fleet, tmp_path: Path, modes: dict[str, str], registered: Iterable[str] | None = None, **kw: Any
+) -> Any:
+    """The fleet started as Fleet.start(modes, registered), and make_guard over all its replicas."""
+    fleet.start(modes, registered)
+    return make_guard(fleet, tmp_path, list(modes), **kw)
 
 
 def assert_no_keys(text: str) -> None:
@@ -311,9 +279,7 @@ def assert_no_keys(text: str) -> None:
 def test_one_cycle_judges_each_replica_with_the_module_probes(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
 
     report = guard.cycle()
 
@@ -352,11 +318,8 @@ def test_one_cycle_judges_each_replica_with_the_module_probes(
 def test_poisoned_replica_goes_out_after_k_cycles_and_back_after_m(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a")
-    b_id = fleet.register("gpu-b")
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
-    b = fleet.replica("gpu-b")
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
+    b, b_id = fleet.replica("gpu-b"), fleet.worker_id("gpu-b")
 
     guard.cycle()
     assert fleet.count("DELETE", "/router") == 0
@@ -393,8 +356,7 @@ def test_poisoned_replica_goes_out_after_k_cycles_and_back_after_m(
 
 
 def test_re_adding_without_a_worker_key_sends_no_api_key(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
-    fleet.register("gpu-a")
+    fleet.start({"gpu-a": "healthy", "gpu-b": "healthy"}, registered=["gpu-a"])
     config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, ["gpu-a", "gpu-b"], recover_after=1))
     secrets = GUARD.Secrets.from_env({**ENV, "SGLANG_GUARD_WORKER_API_KEY": ""})
     guard = GUARD.Guard(config, secrets, retry_delay=0, out=lambda line: None)
@@ -406,9 +368,7 @@ def test_re_adding_without_a_worker_key_sends_no_api_key(fleet: Fleet, tmp_path:
 def test_the_last_healthy_replica_is_never_deleted(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "nan", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "nan", "gpu-b": "nan"})
     for _ in range(3):
         guard.cycle()
     assert fleet.count("DELETE", "/router") == 0
@@ -422,15 +382,13 @@ def test_the_last_healthy_replica_is_never_deleted(
 def test_a_held_replica_is_not_probed_nor_removed(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
+    b = fleet.replica("gpu-b")
     holds = tmp_path / "holds"
     holds.mkdir()
-    (holds / "gpu-b").write_text(fleet.replica("gpu-b") + "/\nwritten by the rolling update\n")
+    (holds / "gpu-b").write_text(b + "/\nwritten by the rolling update\n")
     (holds / "empty").write_text("")
     (holds / "a-directory").mkdir()
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
-    b = fleet.replica("gpu-b")
 
     for _ in range(3):
         guard.cycle()
@@ -451,10 +409,8 @@ def test_a_held_replica_is_not_probed_nor_removed(
 def test_unreadable_holds_mean_no_router_actions(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
     (tmp_path / "holds").write_text("not a directory")  # listing it fails like a directory we may not read
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
     for _ in range(3):
         report = guard.cycle()
         assert report.router_up and report.actions == []
@@ -481,9 +437,8 @@ def test_read_holds(tmp_path: Path) -> None:
 def test_a_replica_someone_else_took_out_comes_back_after_m_passes(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
-    fleet.register("gpu-a")  # gpu-b was taken out by a playbook or an operator, without a hold
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    # gpu-b was taken out by a playbook or an operator, without a hold
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "healthy"}, registered=["gpu-a"])
     b = fleet.replica("gpu-b")
     for number in range(1, 4):
         guard.cycle()
@@ -500,14 +455,13 @@ def test_a_replica_someone_else_took_out_comes_back_after_m_passes(
 
 
 def test_a_held_replica_out_of_the_router_is_never_added_back(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy"})
-    fleet.register("gpu-a")  # gpu-b is kept out on purpose: a hold marker says so
+    # gpu-b is kept out on purpose: a hold marker says so
+    modes = {"gpu-a": "healthy", "gpu-b": "healthy"}
+    guard = start_guard(fleet, tmp_path, modes, registered=["gpu-a"], quiet=True)
+    b = fleet.replica("gpu-b")
     holds = tmp_path / "holds"
     holds.mkdir()
-    (holds / "gpu-b").write_text(fleet.replica("gpu-b") + "\nkept out by an operator\n")
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
-    guard.out = lambda line: None
-    b = fleet.replica("gpu-b")
+    (holds / "gpu-b").write_text(b + "\nkept out by an operator\n")
     for _ in range(6):
         guard.cycle()
     assert fleet.count("POST", "/router") == 0 and b not in fleet.registered()
@@ -526,11 +480,8 @@ def test_a_router_that_lost_all_its_workers_is_refilled_after_m_passes(
 ) -> None:
     """The router is started with no workers; restarted outside Ansible, it comes back empty. The guard puts
     back every replica that passed its last M checks, and no other."""
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "healthy"})
-    for name in ("gpu-a", "gpu-b", "gpu-c"):
-        fleet.register(name)
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "healthy"})
     a, b, c = (fleet.replica(name) for name in ("gpu-a", "gpu-b", "gpu-c"))
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-c"])
     for _ in range(3):
         guard.cycle()
     assert fleet.count("POST", "/router") == 0
@@ -560,9 +511,8 @@ def test_a_guard_and_router_starting_from_nothing_fill_the_router_after_m_passes
 ) -> None:
     """No state file and an empty router (first start, or the router host rebooted without the state): the
     first M - 1 cycles add nothing, the M-th adds every replica that passed them all."""
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "nan"})
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-c"])
-    guard.out = lambda line: None
+    modes = {"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "nan"}
+    guard = start_guard(fleet, tmp_path, modes, registered=[], quiet=True)
     for number in range(1, 4):
         report = guard.cycle()
         assert report.router_up
@@ -574,9 +524,7 @@ def test_a_guard_and_router_starting_from_nothing_fill_the_router_after_m_passes
 def test_a_replica_a_playbook_put_back_is_released_by_the_guard(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
     b = fleet.replica("gpu-b")
     guard.cycle(), guard.cycle(), guard.cycle(), guard.cycle()
     assert guard.states[b].removed_by_guard and b not in fleet.registered()
@@ -595,9 +543,9 @@ def test_a_replica_a_playbook_put_back_is_released_by_the_guard(
 def test_router_unreachable_means_verdicts_but_no_actions(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
     down = f"http://127.0.0.1:{free_port()}"
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"], router_url=down)
+    modes = {"gpu-a": "healthy", "gpu-b": "nan"}
+    guard = start_guard(fleet, tmp_path, modes, registered=[], router_url=down)
     b = fleet.replica("gpu-b")
     guard.states[b].in_router = True
     guard.states[b].consecutive_failures = 5
@@ -612,8 +560,7 @@ def test_router_unreachable_means_verdicts_but_no_actions(
 def test_router_refusing_the_admin_key_is_reported_not_acted_on(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy"})
-    fleet.register("gpu-a")
+    fleet.start({"gpu-a": "healthy"})
     config = GUARD.Config.from_mapping(config_for(fleet, tmp_path, ["gpu-a"]))
     guard = GUARD.Guard(config, GUARD.Secrets(server_api_key=SERVER_KEY), retry_delay=0)
     report = guard.cycle()
@@ -625,9 +572,8 @@ def test_router_refusing_the_admin_key_is_reported_not_acted_on(
 def test_a_key_echoed_by_the_router_is_scrubbed_from_the_journal(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes["gpu-a"] = "healthy"
     fleet.router_echo = True
-    guard = make_guard(fleet, tmp_path, ["gpu-a"])
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy"}, registered=[])
     assert not guard.cycle().router_up
     out = capsys.readouterr().out
     assert "GET /workers answered HTTP 500: internal error while checking the key <redacted>" in out
@@ -635,10 +581,8 @@ def test_a_key_echoed_by_the_router_is_scrubbed_from_the_journal(
 
 
 def test_the_guards_removals_survive_a_restart(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan"})
-    fleet.register("gpu-a"), fleet.register("gpu-b")
+    first = start_guard(fleet, tmp_path, {"gpu-a": "healthy", "gpu-b": "nan"})
     b = fleet.replica("gpu-b")
-    first = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b"])
     first.cycle(), first.cycle()
     assert fleet.count("DELETE", "/router") == 1
 
@@ -656,8 +600,7 @@ def test_a_damaged_state_file_starts_from_scratch(
 ) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "state.json").write_text("{not json")
-    fleet.modes["gpu-a"] = "healthy"
-    guard = make_guard(fleet, tmp_path, ["gpu-a"])
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy"}, registered=[])
     assert "state: cannot read" in capsys.readouterr().out
     assert not guard.states[fleet.replica("gpu-a")].removed_by_guard
 
@@ -665,8 +608,7 @@ def test_a_damaged_state_file_starts_from_scratch(
 def test_keys_never_reach_the_logs_the_state_or_the_once_output(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes.update({"gpu-a": "healthy", "gpu-e": "echo"})
-    fleet.register("gpu-a"), fleet.register("gpu-e")
+    fleet.start({"gpu-a": "healthy", "gpu-e": "echo"})
     path = tmp_path / "guard.json"
     path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a", "gpu-e"], model="default")))
     for _ in range(3):
@@ -686,8 +628,7 @@ def test_keys_never_reach_the_logs_the_state_or_the_once_output(
 def test_once_prints_the_states_as_json(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet.modes["gpu-a"] = "healthy"
-    fleet.register("gpu-a")
+    fleet.start({"gpu-a": "healthy"})
     path = tmp_path / "guard.json"
     path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a"])))
     assert GUARD.main(["--config", str(path), "--once"], environ=ENV) == 0
@@ -755,10 +696,7 @@ def test_next_tick_stays_on_the_grid(previous: float, now: float, expected: tupl
 
 
 def test_run_forever_stops_promptly(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.modes["gpu-a"] = "healthy"
-    fleet.register("gpu-a")
-    guard = make_guard(fleet, tmp_path, ["gpu-a"], interval=30)
-    guard.out = lambda line: None
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy"}, interval=30, quiet=True)
     thread = threading.Thread(target=guard.run_forever, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -772,10 +710,7 @@ def test_run_forever_stops_promptly(fleet: Fleet, tmp_path: Path) -> None:
 
 
 def test_a_stop_during_slow_probes_abandons_the_cycle(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.modes.update({"gpu-a": "slow"})
-    fleet.register("gpu-a")
-    guard = make_guard(fleet, tmp_path, ["gpu-a"])
-    guard.out = lambda line: None
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "slow"}, quiet=True)
     threading.Timer(0.3, guard.stop.set).start()
     started = time.monotonic()
     assert guard.cycle() is None
@@ -787,13 +722,6 @@ def test_a_stop_during_slow_probes_abandons_the_cycle(fleet: Fleet, tmp_path: Pa
 
 
 CHAT_FIXTURES = [name for name in names() if "_chat_" in name]
-HELLO = {
-    "name": "hello",
-    "prompt": "Say hello.",
-    "max_tokens": 64,
-    "expect": "(?i)hello",
-    "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
-}
 
 
 def probe_for(fixture: str) -> dict[str, Any]:
@@ -932,11 +860,8 @@ def test_metrics_follow_the_states_and_carry_no_keys(fleet: Fleet, tmp_path: Pat
     prometheus_client = pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
     registry = prometheus_client.CollectorRegistry()
     metrics = GUARD.Metrics(registry)
-    fleet.modes.update({"gpu-a": "healthy", "gpu-b": "nan", "gpu-e": "echo"})
-    for name in ("gpu-a", "gpu-b", "gpu-e"):
-        fleet.register(name)
-    guard = make_guard(fleet, tmp_path, ["gpu-a", "gpu-b", "gpu-e"], metrics=metrics, model="default")
-    guard.out = lambda line: None
+    modes = {"gpu-a": "healthy", "gpu-b": "nan", "gpu-e": "echo"}
+    guard = start_guard(fleet, tmp_path, modes, metrics=metrics, model="default", quiet=True)
     a, b, e = (fleet.replica(n) for n in ("gpu-a", "gpu-b", "gpu-e"))
 
     def value(name: str, **labels: str) -> float | None:
@@ -976,15 +901,12 @@ def test_metrics_follow_the_states_and_carry_no_keys(fleet: Fleet, tmp_path: Pat
 
 def test_counters_resume_from_the_saved_state(fleet: Fleet, tmp_path: Path) -> None:
     prometheus_client = pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
-    fleet.modes["gpu-a"] = "healthy"
-    fleet.register("gpu-a")
     a = fleet.replica("gpu-a")
     (tmp_path / "state").mkdir()
     saved = {"replicas": {a: {"transitions_out": 4, "transitions_in": 3, "alerts": 7, "verdict": "pass"}}}
     (tmp_path / "state" / "state.json").write_text(json.dumps(saved))
     registry = prometheus_client.CollectorRegistry()
-    guard = make_guard(fleet, tmp_path, ["gpu-a"], metrics=GUARD.Metrics(registry))
-    guard.out = lambda line: None
+    guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy"}, metrics=GUARD.Metrics(registry), quiet=True)
     guard.cycle(), guard.cycle()
     assert (
         registry.get_sample_value("glm5_guard_transitions_total", {"replica": a, "direction": "out"}) == 4.0
@@ -995,8 +917,7 @@ def test_counters_resume_from_the_saved_state(fleet: Fleet, tmp_path: Path) -> N
 def test_the_daemon_process_serves_metrics_and_stops_on_sigterm(fleet: Fleet, tmp_path: Path) -> None:
     """The real entry point in a child process: metrics over HTTP (process collectors included), SIGTERM."""
     pytest.importorskip("prometheus_client", reason=PROMETHEUS_MISSING)
-    fleet.modes["gpu-a"] = "healthy"
-    fleet.register("gpu-a")
+    fleet.start({"gpu-a": "healthy"})
     port = free_port()
     path = tmp_path / "guard.json"
     path.write_text(json.dumps(config_for(fleet, tmp_path, ["gpu-a"], interval=1, metrics_port=port)))

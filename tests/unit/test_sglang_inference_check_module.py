@@ -7,18 +7,18 @@ Only loopback addresses are used.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
+from chat_server import HELLO, JsonHandler, free_port, prime_with_logprobs, serving
+from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from project_modules import load_module
 from sglang_captures import load, server_log
 
@@ -73,60 +73,26 @@ class FakeSglang:
         return [request[3] for request in self.requests if request[1] == path]
 
 
-def _handler(fake: FakeSglang) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else None
-            reply = fake.next_reply(method, self.path, dict(self.headers.items()), body)
+def _handler(fake: FakeSglang) -> type[JsonHandler]:
+    class Handler(JsonHandler):
+        def answer(self, method: str, headers: dict[str, str], body: Any) -> None:
+            reply = fake.next_reply(method, self.path, headers, body)
             time.sleep(reply.delay)
             if reply.drop:
                 self.close_connection = True
                 return
-            try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                self.wfile.write(reply.body)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (the timeout test)
-                self.close_connection = True
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.reply(reply.status, reply.body)
 
     return Handler
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 @pytest.fixture
 def server() -> Iterator[FakeSglang]:
     fake = FakeSglang()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    httpd.daemon_threads = True
-    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
     fake.script("GET", MODELS, Reply.capture("healthy_v1_models"))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(fake)) as url:
+        fake.url = url
         yield fake
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -142,20 +108,6 @@ def two_plus_two(**extra: Any) -> list[dict[str, Any]]:
     return [{"name": "2+2", "prompt": "What is 2+2? Answer briefly.", "expect": r"^\s*4\.?\s*$", **extra}]
 
 
-def prime_with_logprobs() -> Reply:
-    """The real prime answer, carrying the real 2+2 answer's (finite) logprobs, as a logprobs request gets."""
-    body = json.loads(load("healthy_chat_prime_greedy").body)
-    logprobs = json.loads(load("healthy_chat_2plus2_logprobs").body)["choices"][0]["logprobs"]
-    body["choices"][0]["logprobs"] = logprobs
-    return Reply(200, json.dumps(body).encode())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --- Healthy answers
 
 
@@ -166,7 +118,7 @@ def test_default_probes_pass_on_the_healthy_model(
         "POST",
         CHAT,
         Reply.capture("healthy_chat_2plus2_logprobs"),
-        prime_with_logprobs(),
+        Reply(200, prime_with_logprobs()),
     )
     result = run({"url": server.url + "/", "api_key": API_KEY, "retry_delay": 0}, capsys)
 
@@ -211,14 +163,7 @@ def test_check_mode_asks_too(server: FakeSglang, capsys: pytest.CaptureFixture[s
 
 def test_probe_with_thinking_switched_off(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
     server.script("POST", CHAT, Reply.capture("healthy_chat_hello_enable_thinking_false"))
-    probe = {
-        "name": "hello",
-        "prompt": "Say hello.",
-        "max_tokens": 64,
-        "expect": "(?i)hello",
-        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
-    }
-    result = run({"url": server.url, "model": "default", "probes": [probe], "logprobs": False}, capsys)
+    result = run({"url": server.url, "model": "default", "probes": [HELLO], "logprobs": False}, capsys)
     assert result["rc"] == 0 and result["passed"]
     body = server.bodies(CHAT)[0]
     assert body["chat_template_kwargs"] == {"enable_thinking": False}

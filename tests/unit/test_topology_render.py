@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from controller_play import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "topology"
@@ -28,23 +26,7 @@ def flag(argv: list[str], name: str) -> str | None:
 @pytest.fixture(scope="module")
 def units(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("units")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    run = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(FIXTURE / "hosts.yml"),
-            str(FIXTURE / "render.yml"),
-            "-e",
-            f"out={out}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = ansible_playbook("-i", str(FIXTURE / "hosts.yml"), str(FIXTURE / "render.yml"), "-e", f"out={out}")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     return {p.stem: p.read_text() for p in out.glob("*.service")} | {
         p.name: p.read_text() for p in out.glob("*.replica")

@@ -335,14 +335,14 @@ def send(
     headers: Mapping[str, str],
     payload: Any = None,
     *,
-    timeout: float,
-    verify: bool | str = True,
     retries: int = inference_judge.DEFAULT_RETRIES,
     retry_delay: float = inference_judge.DEFAULT_RETRY_DELAY,
     deadline: float | None = None,
     stop: threading.Event | None = None,
+    **request: Any,
 ) -> Exchange:
-    """Send, retrying only a refused connection or a 503, at most ``retries`` more times (the module's rule).
+    """:func:`send_once` (``request``: its ``timeout`` and ``verify``), retrying only a refused connection
+    or a 503, at most ``retries`` more times (the module's rule).
 
     A retry is not started past ``deadline`` (a ``time.monotonic()`` value) or once ``stop`` is set, so a
     cycle stays bounded.
@@ -351,7 +351,7 @@ def send(
     while True:
         attempts += 1
         started = time.monotonic()
-        result = send_once(method, url, headers, payload, timeout=timeout, verify=verify)
+        result = send_once(method, url, headers, payload, **request)
         result.latency_s = round(time.monotonic() - started, 3)
         result.attempts = attempts
         if not result.retryable or attempts > max(retries, 0):
@@ -530,52 +530,37 @@ class Metrics:
         from prometheus_client import REGISTRY, Counter, Gauge
 
         self.registry = REGISTRY if registry is None else registry
-        r = self.registry
-        self.verdict = Gauge(
-            "glm5_guard_verdict", "Last verdict: 1 pass, 0 fail (absent: held)", ["replica"], registry=r
-        )
-        self.symptom = Gauge(
+
+        def gauge(name: str, documentation: str, *labels: str) -> Any:
+            return Gauge(name, documentation, labels, registry=self.registry)
+
+        def counter(name: str, documentation: str, *labels: str) -> Any:
+            return Counter(name, documentation, labels, registry=self.registry)
+
+        self.verdict = gauge("glm5_guard_verdict", "Last verdict: 1 pass, 0 fail (absent: held)", "replica")
+        self.symptom = gauge(
             "glm5_guard_symptom_info",
             "The current failure symptom (failing replicas only)",
-            ["replica", "symptom"],
-            registry=r,
+            "replica",
+            "symptom",
         )
-        self.last_check = Gauge(
-            "glm5_guard_last_check_timestamp_seconds",
-            "Unix time of the last verdict",
-            ["replica"],
-            registry=r,
+        self.last_check = gauge(
+            "glm5_guard_last_check_timestamp_seconds", "Unix time of the last verdict", "replica"
         )
-        self.in_router = Gauge(
-            "glm5_guard_in_router", "1 when the router lists the replica", ["replica"], registry=r
+        self.in_router = gauge("glm5_guard_in_router", "1 when the router lists the replica", "replica")
+        self.held = gauge("glm5_guard_held", "1 when a drain marker holds the replica", "replica")
+        self.removed = gauge("glm5_guard_removed", "1 when the guard took the replica out", "replica")
+        self.transitions = counter(
+            "glm5_guard_transitions", "Router transitions made by the guard", "replica", "direction"
         )
-        self.held = Gauge(
-            "glm5_guard_held", "1 when a drain marker holds the replica", ["replica"], registry=r
+        self.failures = gauge("glm5_guard_consecutive_failures", "Failed verdicts in a row", "replica")
+        self.alerts = counter(
+            "glm5_guard_alerts", "Removals refused because they would leave no healthy replica", "replica"
         )
-        self.removed = Gauge(
-            "glm5_guard_removed", "1 when the guard took the replica out", ["replica"], registry=r
-        )
-        self.transitions = Counter(
-            "glm5_guard_transitions",
-            "Router transitions made by the guard",
-            ["replica", "direction"],
-            registry=r,
-        )
-        self.failures = Gauge(
-            "glm5_guard_consecutive_failures", "Failed verdicts in a row", ["replica"], registry=r
-        )
-        self.alerts = Counter(
-            "glm5_guard_alerts",
-            "Removals refused because they would leave no healthy replica",
-            ["replica"],
-            registry=r,
-        )
-        self.healthy = Gauge("glm5_guard_healthy_replicas", "Replicas registered and passing", registry=r)
-        self.router_up = Gauge("glm5_guard_router_up", "1 when the last router listing was read", registry=r)
-        self.cycle_seconds = Gauge("glm5_guard_cycle_seconds", "Duration of the last cycle", registry=r)
-        self.last_cycle = Gauge(
-            "glm5_guard_last_cycle_timestamp_seconds", "Unix time the last cycle ended", registry=r
-        )
+        self.healthy = gauge("glm5_guard_healthy_replicas", "Replicas registered and passing")
+        self.router_up = gauge("glm5_guard_router_up", "1 when the last router listing was read")
+        self.cycle_seconds = gauge("glm5_guard_cycle_seconds", "Duration of the last cycle")
+        self.last_cycle = gauge("glm5_guard_last_cycle_timestamp_seconds", "Unix time the last cycle ended")
         self._symptoms: dict[str, str] = {}
         self._counted: dict[tuple[str, ...], int] = {}
 
