@@ -106,9 +106,11 @@ def _noop_row(fig: Mapping[str, Any], nodes: int) -> str | None:
     if not run:
         return None
     totals = run["noop"]["totals"]
+    cpu = run["noop"].get("control_cpu_seconds")
+    per_host = f", control node CPU {cpu / totals['hosts']:.1f} s per host" if cpu and totals["hosts"] else ""
     return (
-        f"{duration(run['noop']['seconds'])}, changed={totals['changed']} over {totals['hosts']} hosts "
-        f"(the site.yml run before it: {duration(run['deploy']['seconds'])})"
+        f"{duration(run['noop']['seconds'])}, changed={totals['changed']} over {totals['hosts']} hosts"
+        f"{per_host} (the site.yml run before it: {duration(run['deploy']['seconds'])})"
     )
 
 

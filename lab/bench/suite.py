@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,12 +49,22 @@ def say(message: str) -> None:
     print(f"[bench {dt.datetime.now(dt.UTC):%H:%M:%S}] {message}", flush=True)
 
 
+LAST_CPU = [0.0]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
-    """Run a command, output to build/bench/logs/<name>.log: (seconds, output). A failure stops the suite."""
+    """Run a command, output to build/bench/logs/<name>.log: (seconds, output). A failure stops the suite.
+    The control node's CPU seconds of the run (it and its children: ssh, podman) go to LAST_CPU."""
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{name}.log"
     say(f"{name}: {' '.join(argv)} (log: {log.relative_to(ROOT)})")
     started = time.monotonic()
+    cpu_before = _children_cpu()
     with log.open("w", encoding="utf-8") as handle:
         proc = subprocess.run(
             argv,
@@ -64,6 +75,7 @@ def run(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[
             check=False,
         )
     seconds = time.monotonic() - started
+    LAST_CPU[0] = _children_cpu() - cpu_before
     output = log.read_text(encoding="utf-8", errors="replace")
     say(f"{name}: exit {proc.returncode} after {benchlib.duration(seconds)}")
     if proc.returncode != 0:
@@ -82,7 +94,12 @@ def playbook(name: str, nodes: int, *args: str) -> tuple[float, dict[str, Any]]:
     """ansible-playbook against the lab of this size: (seconds, {recap, totals})."""
     seconds, output = run(name, ["ansible-playbook", "-i", inventory(nodes), *args])
     recap = benchlib.parse_recap(output)
-    return seconds, {"seconds": round(seconds, 1), "recap": recap, "totals": benchlib.recap_totals(recap)}
+    return seconds, {
+        "seconds": round(seconds, 1),
+        "control_cpu_seconds": round(LAST_CPU[0], 1),
+        "recap": recap,
+        "totals": benchlib.recap_totals(recap),
+    }
 
 
 def make(name: str, target: str, nodes: int) -> float:

@@ -587,7 +587,11 @@ def execute(run: Run) -> dict[str, Any]:
             index_shards=0,
             verified=not fetch,
             timings=run.timings,
-            progress=f"check mode: {len(fetch)} files ({needed} bytes) to fetch",
+            progress=(
+                f"check mode: {len(fetch)} files ({needed} bytes) to fetch"
+                if fetch or stale
+                else "whole: nothing to fetch"
+            ),
         )
         return result
 

@@ -70,7 +70,11 @@ def test_rows_give_ratios_and_show_a_changed_no_op() -> None:
         "P1": {
             **stamp,
             "runs": [
-                {"nodes": 3, "deploy": _run(100, 5, 4), "noop": _run(40, 0, 4)},
+                {
+                    "nodes": 3,
+                    "deploy": _run(100, 5, 4),
+                    "noop": {**_run(40, 0, 4), "control_cpu_seconds": 30.0},
+                },
                 {"nodes": 6, "deploy": _run(300, 90, 7), "noop": _run(60, 2, 7)},
             ],
         },
@@ -78,7 +82,8 @@ def test_rows_give_ratios_and_show_a_changed_no_op() -> None:
     }
     rows = benchlib.rows(figures)
     assert [r[0] for r in rows] == ["P1 no-op re-run of site.yml", "P5 make test wall time"]
-    assert "6 hosts: 1 min 00 s, changed=2 over 7 hosts" in rows[0][1]
+    assert "6 hosts: 1 min 00 s, changed=2 over 7 hosts (the" in rows[0][1]  # no CPU figure recorded
+    assert "3 hosts: 40 s, changed=0 over 4 hosts, control node CPU 7.5 s per host" in rows[0][1]
     assert "no-op 6/3 hosts: 1.50x" in rows[0][2] and "no-op/deploy (3 hosts): 0.40x" in rows[0][2]
     assert rows[1][1] == "45 min 00 s (exit 0)" and rows[1][2] == "of the 30-minute target: 1.50x"
     text = benchlib.render_markdown(figures, ["docs/benchmarks/p1-noop.png"])
