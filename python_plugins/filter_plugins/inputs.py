@@ -7,8 +7,12 @@
     {{ distribution | sglang_os_problems(version, supported, host) }}   -> [problem, ...]
     {{ options | sglang_spec_inputs(hostvars[inventory_hostname]) }}    -> the operator's values, no secrets
     {{ options | sglang_secret_problems(hostvars[inventory_hostname]) }} -> [problem, ...] (never a value)
+    {{ specs | sglang_value_problems(hostvars[inventory_hostname]) }}    -> [problem, ...] (role -> options)
+    {{ sglang_settings | sglang_settings_problems(nnodes, replica, preflight_tp_size) }} -> [problem, ...]
+    {{ ports | sglang_low_port_problems(units, roles_dir) }}            -> [problem, ...]
+    {{ admin_key | sglang_admin_key_problems(var) }}                    -> [problem, ...] (never the key)
 
-Logic: module_utils/fleet_inputs.py.
+Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py).
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
 from ansible.module_utils.fleet_inputs import (  # noqa: E402
+    admin_key_problems,
     bind_problems,
     checkpoint_problems,
     gpu_problems,
+    low_port_problems,
     os_problems,
     port_problems,
     secret_problems,
+    settings_problems,
     spec_inputs,
+    value_problems,
 )
+from ansible.module_utils.sglang_flags import setting_dests  # noqa: E402
 
 
 def _provided(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:
@@ -67,6 +76,37 @@ def sglang_secret_problems(options: Mapping[str, Any], hostvars: Any) -> list[st
     return secret_problems(options, _provided(options, hostvars))
 
 
+def sglang_value_problems(specs: Mapping[str, Mapping[str, Any]], hostvars: Any) -> list[str]:
+    """value_problems over the options of every role in ``specs`` (role -> options), each option once."""
+    options: dict[str, Any] = {}
+    for role_options in specs.values():
+        options.update(role_options or {})
+    return value_problems(options, _provided(options, hostvars))
+
+
+def sglang_settings_problems(
+    settings: Any, nnodes: Any = 1, replica: Any = "", preflight_tp_size: Any = None
+) -> list[str]:
+    if not isinstance(settings, Mapping):
+        return []
+    dests = {key: setting_dests(key) for key in settings if isinstance(key, str)}
+    tp = None if preflight_tp_size in (None, "") else int(preflight_tp_size)
+    return settings_problems(
+        dict(settings), dests=dests, nnodes=int(nnodes or 1), replica=str(replica or ""), preflight_tp_size=tp
+    )
+
+
+def sglang_low_port_problems(ports: Mapping[str, Any], units: Mapping[str, str], roles_dir: str) -> list[str]:
+    """low_port_problems with each port's unit template (a path under roles_dir) read from disk."""
+    base = Path(str(roles_dir))
+    texts = {name: (f"roles/{path}", (base / str(path)).read_text()) for name, path in units.items()}
+    return low_port_problems(dict(ports), texts)
+
+
+def sglang_admin_key_problems(key: Any, var: str) -> list[str]:
+    return admin_key_problems(key, var=str(var))
+
+
 class FilterModule:
     """Input checks of glm5-deploy."""
 
@@ -79,4 +119,8 @@ class FilterModule:
             "sglang_os_problems": sglang_os_problems,
             "sglang_spec_inputs": sglang_spec_inputs,
             "sglang_secret_problems": sglang_secret_problems,
+            "sglang_value_problems": sglang_value_problems,
+            "sglang_settings_problems": sglang_settings_problems,
+            "sglang_low_port_problems": sglang_low_port_problems,
+            "sglang_admin_key_problems": sglang_admin_key_problems,
         }

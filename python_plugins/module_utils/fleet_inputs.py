@@ -2,7 +2,8 @@
 
 Each check returns a list of problems, one sentence each, that names the variable to change; an empty list
 means the input is fine. Pure functions over plain data, so the preflight role's filters and the unit tests
-share them.
+share them. A secret's value (a no_log option) is never part of a message, nor is a URL that carries
+credentials.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
+
+from ansible.module_utils.inference_judge import ProbeError, normalize_probe
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -72,7 +76,7 @@ def bind_problems(bind_host: str, api_key: str, *, host_var: str, key_var: str) 
     ]
 
 
-REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def checkpoint_problems(repo: str, revision: str, source_path: str = "") -> list[str]:
@@ -80,7 +84,7 @@ def checkpoint_problems(repo: str, revision: str, source_path: str = "") -> list
     if source_path:
         return []
     problems = []
-    if not REPO_RE.match(str(repo)):
+    if not REPO_RE.fullmatch(str(repo)):
         problems.append(
             f"model_checkpoint_repo must be a Hugging Face repository, org/name; got {json.dumps(str(repo))}"
         )
@@ -132,12 +136,511 @@ def spec_inputs(options: Mapping[str, Any], provided: Mapping[str, Any]) -> dict
 
 
 def secret_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> list[str]:
-    """Secret options (no_log) must be strings; the message names the variable and never shows the value."""
+    """Secret options (no_log) must be strings of printable ASCII without whitespace (a key or token from a
+    vault, which goes into headers, environment and configuration files as it is). The message names the
+    variable and what is wrong, never the value."""
+    problems = []
+    for name, spec in options.items():
+        if not (spec or {}).get("no_log", False) or name not in provided or provided[name] is None:
+            continue
+        value = provided[name]
+        if not isinstance(value, str):
+            problems.append(f"{name} must be a string (a key from a vault), got a {type(value).__name__}")
+        elif any(ch.isspace() for ch in value):
+            problems.append(
+                f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
+                "holds a space, tab or line break (the value is not shown)"
+            )
+        elif any(not 33 <= ord(ch) <= 126 for ch in value):
+            problems.append(
+                f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
+                "holds a character outside printable ASCII (the value is not shown)"
+            )
+    return problems
+
+
+ADMIN_KEY_MIN = 16
+
+
+def admin_key_problems(key: Any, *, var: str) -> list[str]:
+    """The router's admin key: required, 16 or more characters and no colon (smg reads its control-plane key
+    as name:role:user:key, roles/sglang_router/vars/main.yml). Never shows the key."""
+    if not isinstance(key, str):
+        return []  # secret_problems names a key that is not a string
+    if not key:
+        return [
+            f"{var} is empty: the router's control plane (draining and registering workers) needs it; set it "
+            f"from a vault ({ADMIN_KEY_MIN} or more characters, no colon)"
+        ]
+    problems = []
+    if len(key) < ADMIN_KEY_MIN:
+        problems.append(f"{var} is shorter than {ADMIN_KEY_MIN} characters (the value is not shown)")
+    if ":" in key:
+        problems.append(
+            f"{var} holds a colon, which smg reads as a separator of its control-plane key "
+            "(name:role:user:key); use a key without one (the value is not shown)"
+        )
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------------
+# Inputs mean what they say: one-line values, hosts, URLs, positive durations, probes
+# --------------------------------------------------------------------------------------------------------
+
+LINE_BREAKS = ("\n", "\r", "\x00")
+HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+USERINFO_RE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^/?#@]*@")
+# Variables holding a URL (by the end of their name), a URL or a directory (pip's --find-links), or URLs.
+URL_SUFFIXES = ("_url", "_endpoint", "_index")
+LOCATION_SUFFIXES = ("_wheelhouse", "_find_links")
+URL_LISTS = frozenset({"sglang_router_workers", "sglang_guard_replicas"})
+# Numbers that must be more than 0: durations (seconds) and counts a check cannot do without.
+POSITIVE_SUFFIXES = (
+    "_timeout",
+    "_interval",
+    "_delay",
+    "_fail_after",
+    "_recover_after",
+    "_failure_threshold",
+    "_max_workers",
+)
+# Retries may be 0: one attempt, none repeated.
+NON_NEGATIVE_SUFFIXES = ("_retries",)
+# A probe's answer budget: GLM-5 thinks for a few thousand tokens at most on a check's prompt; more than this
+# is a typo that would hold a replica's check for many minutes.
+PROBE_MAX_TOKENS = 32768
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The service environment the sglang_server role sets itself (roles/sglang_server/vars/main.yml), and why.
+ROLE_OWNED_ENVIRONMENT = {
+    "SGLANG_LOGGING_CONFIG_PATH": "the role's logging configuration keeps the API key out of the journal",
+    "HF_HUB_OFFLINE": "the server reads only the checkpoint the model_checkpoint role verified",
+    "HOME": "set sglang_server_home",
+    "HF_HOME": "set sglang_server_home",
+    "XDG_CACHE_HOME": "set sglang_server_home",
+}
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value for a message, JSON-quoted (a line break shows as \\n) and cut at ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _number(value: Any) -> float | None:
+    """A number given as a number or a numeric string; None for anything else (bools included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def line_problems(name: str, value: Any) -> list[str]:
+    """A one-line value (a host, a path, a repository id, a revision, a name) holds no line break or NUL."""
+    if isinstance(value, str) and any(ch in value for ch in LINE_BREAKS):
+        return [f"{name} holds a line break; it must be one line, got {_shown(value)}"]
+    return []
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def host_problems(name: str, value: Any, *, port_var: str | None = None) -> list[str]:
+    """A host variable holds a host: a DNS name or an IP address, not host:port, a URL or a path. Empty is
+    left to the role (its default)."""
+    if not isinstance(value, str) or not value or _is_ip(value) or HOST_RE.fullmatch(value):
+        return []
+    if "://" in value:
+        what = "a URL"
+    elif ":" in value:
+        what = "host:port"
+    else:
+        what = "something else"
+    port = f" (the port is {port_var})" if port_var else ""
     return [
-        f"{name} must be a string (a key from a vault), got a {type(provided[name]).__name__}"
-        for name, spec in options.items()
-        if (spec or {}).get("no_log", False)
-        and name in provided
-        and provided[name] is not None
-        and not isinstance(provided[name], str)
+        f"{name} must be a host name or address, not host:port or a URL; got {_shown(value)}, {what}{port}"
     ]
+
+
+def url_problems(name: str, value: Any, *, directory_ok: bool = False) -> list[str]:
+    """A URL variable holds an http(s) URL without credentials (user:password@ would be logged and written
+    to files; such a value is never shown). ``directory_ok``: pip's --find-links, where a file:// URL or an
+    absolute directory also does."""
+    if not isinstance(value, str) or not value:
+        return []
+    if USERINFO_RE.match(value):
+        return [
+            f"{name} carries a user name or password before the host (user:password@): a URL is logged and "
+            "written into files, so it never holds credentials; remove them (the value is not shown)"
+        ]
+    if any(ch.isspace() for ch in value):
+        return [f"{name} holds whitespace; a URL has none, got {_shown(value)}"]
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:
+        return [f"{name} is not a URL ({exc}): {_shown(value)}"]
+    schemes = ("http", "https", "file") if directory_ok else ("http", "https")
+    if "://" not in value and directory_ok and value.startswith("/"):
+        return []
+    if parts.scheme not in schemes or (parts.scheme != "file" and not parts.netloc):
+        wanted = "an http(s) or file:// URL, or an absolute directory" if directory_ok else "an http(s) URL"
+        return [f"{name} must be {wanted} (http://host[:port]/...); got {_shown(value)}"]
+    return []
+
+
+def number_problems(name: str, value: Any) -> list[str]:
+    """Durations, intervals and counts (by the end of their name) that must be more than 0 (retries: 0 or
+    more). A value that is not a number is left to the argument spec."""
+    number = _number(value)
+    if number is None:
+        return []
+    if name.endswith(POSITIVE_SUFFIXES) and number <= 0:
+        return [f"{name} must be positive (more than 0), got {_shown(value)}"]
+    if name.endswith(NON_NEGATIVE_SUFFIXES) and number < 0:
+        return [f"{name} must be 0 or more, got {_shown(value)}"]
+    return []
+
+
+def environment_problems(name: str, environment: Any) -> list[str]:
+    """A service environment: variable names, one-line values, and none of the variables the role sets."""
+    if not isinstance(environment, Mapping):
+        return []  # the argument spec names a value that is not a mapping
+    problems = []
+    for key, value in environment.items():
+        where = f"{name}.{key}"
+        if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
+            problems.append(f"{where} is not an environment variable name (letters, digits, _)")
+        elif key in ROLE_OWNED_ENVIRONMENT:
+            problems.append(f"{where}: the role owns this; {ROLE_OWNED_ENVIRONMENT[key]}")
+        elif isinstance(value, str) and any(ch in value for ch in LINE_BREAKS):
+            problems.append(f"{where} holds a line break; an environment file's value is one line")
+    return problems
+
+
+def probe_problems(name: str, probes: Any) -> list[str]:
+    """Probes (sglang_validate_probes, sglang_guard_probes) the inference check can ask: each a mapping with a
+    unique non-empty name, a non-empty prompt (or messages), max_tokens from 1 to PROBE_MAX_TOKENS and an
+    expect that compiles; then the rest of the inference check's own rules. Empty: the check's defaults."""
+    if not isinstance(probes, list):
+        return []  # the argument spec names a value that is not a list
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for index, probe in enumerate(probes):
+        where = f"{name}[{index}]"
+        if not isinstance(probe, Mapping):
+            problems.append(f"{where} must be a mapping with a name and a prompt (or messages)")
+            continue
+        own = []
+        probe_name = probe.get("name")
+        if not isinstance(probe_name, str) or not probe_name.strip():
+            own.append(f"{where}.name must be a non-empty string")
+        elif probe_name in seen:
+            own.append(
+                f"{where}.name {_shown(probe_name)} is used twice (also {name}[{seen[probe_name]}]); "
+                "probe names must be unique"
+            )
+        else:
+            seen[probe_name] = index
+        prompt = probe.get("prompt")
+        if "prompt" in probe and (not isinstance(prompt, str) or not prompt.strip()):
+            own.append(f"{where}.prompt is empty; give the question the check asks")
+        max_tokens = probe.get("max_tokens")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= PROBE_MAX_TOKENS
+        ):
+            own.append(
+                f"{where}.max_tokens must be a whole number from 1 to {PROBE_MAX_TOKENS}, "
+                f"got {_shown(max_tokens)}"
+            )
+        expect = probe.get("expect")
+        if expect is not None:
+            try:
+                re.compile(str(expect))
+            except re.error as exc:
+                own.append(f"{where}.expect is not a valid regular expression ({exc}): {_shown(expect)}")
+        if not own:
+            try:
+                normalize_probe(probe, index)
+            except ProbeError as exc:
+                own.append(f"{where}: {exc}")
+        problems.extend(own)
+    return problems
+
+
+def _port_var(name: str, options: Mapping[str, Any]) -> str | None:
+    for candidate in (name.removesuffix("_advertise_host") + "_port", name.removesuffix("_host") + "_port"):
+        if candidate in options:
+            return candidate
+    return None
+
+
+def _text_problems(where: str, value: Any, name: str, options: Mapping[str, Any]) -> list[str]:
+    """One string of option ``name`` (at ``where``): one line, then a host or a URL when its name says so. A
+    host or URL with credentials is refused first, so that no other message shows them."""
+    if not isinstance(value, str):
+        return []
+    location = name.endswith(LOCATION_SUFFIXES)
+    url = location or name.endswith(URL_SUFFIXES) or name in URL_LISTS
+    if (url or name.endswith("_host")) and USERINFO_RE.match(value):
+        return url_problems(where, value)
+    problems = line_problems(where, value)
+    if problems:
+        return problems
+    if name.endswith("_host"):
+        return host_problems(where, value, port_var=_port_var(name, options))
+    if url:
+        return url_problems(where, value, directory_ok=location)
+    return []
+
+
+def value_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> list[str]:
+    """Values that do not mean what they say, by each option's type (its argument spec) and name: one-line
+    strings; hosts (*_host) that are hosts; URLs (*_url, *_endpoint, *_index, wheelhouses) with an http(s)
+    scheme and no credentials; positive durations and counts (*_timeout, *_interval, ...); probes
+    (*_probes); service environments (*_environment). Secrets (no_log) are secret_problems' and
+    sglang_settings is settings_problems'."""
+    problems: list[str] = []
+    for name, spec in options.items():
+        spec = spec or {}
+        if (
+            spec.get("no_log", False)
+            or name not in provided
+            or provided[name] is None
+            or name == "sglang_settings"
+        ):
+            continue
+        value = provided[name]
+        kind = spec.get("type", "str")
+        if name.endswith("_probes"):
+            problems += probe_problems(name, value)
+        elif name.endswith("_environment"):
+            problems += environment_problems(name, value)
+        elif kind in ("int", "float"):
+            problems += number_problems(name, value)
+        elif kind == "list" and isinstance(value, list):
+            for index, item in enumerate(value):
+                problems += _text_problems(f"{name}[{index}]", item, name, options)
+        elif kind in ("str", "path"):
+            problems += _text_problems(name, value, name, options)
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------------
+# sglang_settings: keys the roles own, values sglang would misread, sglang's own ranges
+# --------------------------------------------------------------------------------------------------------
+
+# sglang's parser dest -> what to set instead. The sglang_server role renders these itself
+# (roles/sglang_server/vars/main.yml: __sglang_server_node_settings, the replica's settings from
+# fleet_topology.node_settings, and --config for the API key); a value in sglang_settings would be dropped
+# or fight the role's.
+ROLE_OWNED_SETTINGS = {
+    "model_path": "set sglang_server_model_path",
+    "host": "set sglang_server_host",
+    "port": "set sglang_server_port",
+    "served_model_name": "set sglang_server_served_model_name",
+    "api_key": "set sglang_server_api_key (from a vault; the role passes it in a file, not as an argument)",
+    "admin_api_key": (
+        "a key on sglang's command line is readable by every local user, so the role passes only "
+        "sglang_server_api_key, in a file"
+    ),
+    "config": "the role passes --config itself (the file with sglang_server_api_key)",
+    "nnodes": "put the replica's nodes in an inventory group sglang_replica_<name> (nnodes is its size)",
+    "node_rank": "a node's rank is its place in its sglang_replica_<name> group (rank 0 first)",
+    "dist_init_addr": "it is rank 0's sglang_server_advertise_host with sglang_server_dist_port",
+}
+# Fractions in (0, 1] (sglang 0.5.23 srt/arg_groups/fields: schedule.py "the fraction of the memory used for
+# static allocation", swa_full_tokens_ratio "should be between 0 and 1"; memory.py "fraction of the available
+# host memory").
+SETTING_FRACTIONS = frozenset(
+    {"mem_fraction_static", "swa_full_tokens_ratio", "hicache_host_memory_fraction"}
+)
+# Sizes and counts that are positive when given (fields/parallel.py, schedule.py, model.py, exec_.py).
+SETTING_POSITIVE = frozenset(
+    {
+        "tp_size",
+        "dp_size",
+        "pp_size",
+        "ep_size",
+        "max_running_requests",
+        "max_queued_requests",
+        "max_total_tokens",
+        "max_prefill_tokens",
+        "prefill_max_requests",
+        "context_length",
+        "page_size",
+        "cuda_graph_max_bs",
+        "cuda_graph_max_bs_decode",
+        "cuda_graph_max_bs_prefill",
+        "stream_interval",
+    }
+)
+# Positive, or this value with its meaning (fields/schedule.py: "Setting this to -1 means disabling chunked
+# prefill").
+SETTING_POSITIVE_OR = {"chunked_prefill_size": (-1, "-1 turns chunked prefill off")}
+# What argparse takes for a negative number rather than an option (argparse._negative_number_matcher).
+NEGATIVE_NUMBER_RE = re.compile(r"-\d+|-\d*\.\d+")
+_HUMAN_INT_RE = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_HUMAN_UNITS = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def setting_number(value: Any) -> float | None:
+    """A setting's number as sglang reads it: a number, a numeric string or a human-readable int ('128k',
+    '1Mi', sglang's human_readable_int); None for anything else (sglang's own parser judges it)."""
+    number = _number(value)
+    if number is not None or not isinstance(value, str):
+        return number
+    match = _HUMAN_INT_RE.fullmatch(value.strip())
+    return float(match.group(1)) * _HUMAN_UNITS[match.group(2)] if match else None
+
+
+def _word_problems(where: str, word: Any) -> list[str]:
+    """One word of a flag's value on the command line: one line, and not something sglang reads as a flag."""
+    if not isinstance(word, str):
+        return []
+    if any(ch in word for ch in LINE_BREAKS):
+        return [f"{where} holds a line break; a flag's value is one line of the service's command line"]
+    if word.startswith("-") and not NEGATIVE_NUMBER_RE.fullmatch(word):
+        return [
+            f"{where} is {_shown(word)}, which begins with a dash: sglang would take it for an option of its "
+            "own. Give only the value, and set each flag as its own sglang_settings key"
+        ]
+    return []
+
+
+def settings_problems(
+    settings: Any,
+    *,
+    dests: Mapping[str, Iterable[str]] | None = None,
+    nnodes: int = 1,
+    replica: str = "",
+    preflight_tp_size: int | None = None,
+) -> list[str]:
+    """sglang_settings that do not mean what they say.
+
+    - a key the role owns (``dests``: key -> what it sets in sglang's parser, so an alias such as ``model``
+      counts as model_path), with the variable to set instead;
+    - a value or list item that begins with a dash (it would be an option of its own on the command line)
+      or holds a line break;
+    - a fraction outside (0, 1], a size or count that is not positive;
+    - tp_size that the replica's ``nnodes`` cannot share evenly, or whose share per node is more than the
+      GPUs preflight checks each node for (``preflight_tp_size``).
+
+    None values are skipped (null removes a profile setting); values that are not numbers are left to sglang's
+    parser, which the roles run before a service starts.
+    """
+    if not isinstance(settings, Mapping):
+        return []  # the argument spec and the sglang role name a value that is not a mapping
+    problems: list[str] = []
+    for key, value in settings.items():
+        if value is None or not isinstance(key, str):
+            continue
+        where = f"sglang_settings.{key}"
+        sets = set((dests or {}).get(key) or ()) | {key}
+        owned = sorted(sets & set(ROLE_OWNED_SETTINGS))
+        if owned:
+            alias = "" if owned[0] == key else f" (it sets {owned[0]})"
+            problems.append(f"{where}: the role owns this{alias}; {ROLE_OWNED_SETTINGS[owned[0]]}")
+            continue
+        if isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                problems += _word_problems(f"{where}[{index}]", item)
+        else:
+            problems += _word_problems(where, value)
+        number = setting_number(value)
+        if number is None:
+            continue
+        if sets & SETTING_FRACTIONS and not 0 < number <= 1:
+            problems.append(f"{where} must be a fraction in (0, 1], got {_shown(value)}")
+        for dest in sorted(sets & set(SETTING_POSITIVE_OR)):
+            allowed, meaning = SETTING_POSITIVE_OR[dest]
+            if number <= 0 and number != allowed:
+                problems.append(f"{where} must be positive or {allowed} ({meaning}), got {_shown(value)}")
+        if sets & SETTING_POSITIVE and number <= 0:
+            problems.append(f"{where} must be positive, got {_shown(value)}")
+        elif "tp_size" in sets and number.is_integer():
+            problems += _tp_problems(where, int(number), nnodes, replica, preflight_tp_size)
+    return problems
+
+
+def _tp_problems(
+    where: str, tp_size: int, nnodes: int, replica: str, preflight_tp_size: int | None
+) -> list[str]:
+    """tp_size over a replica's nodes: an even share each, at most the GPUs preflight checks each node for."""
+    nodes = max(int(nnodes), 1)
+    if tp_size % nodes:
+        return [
+            f"{where} is {tp_size}, which the {nodes} nodes of replica {replica} (inventory group "
+            f"sglang_replica_{replica}) cannot share evenly; use a multiple of {nodes}"
+        ]
+    share = tp_size // nodes
+    if preflight_tp_size is not None and share > int(preflight_tp_size):
+        return [
+            f"{where} is {tp_size}, so each node of the replica ({nodes} node(s)) runs {share} ranks, one "
+            f"per GPU, but preflight checks each node's GPUs against preflight_tp_size {preflight_tp_size}; "
+            f"set preflight_tp_size to {share} (or lower {where})"
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ports below 1024
+# --------------------------------------------------------------------------------------------------------
+
+PRIVILEGED_PORTS_BELOW = 1024
+_CAP = "CAP_NET_BIND_SERVICE"
+
+
+def grants_low_ports(unit: str) -> bool:
+    """Whether a systemd unit's service may listen on a port below 1024: CAP_NET_BIND_SERVICE in its bounding
+    set (all by default; an empty CapabilityBoundingSet= clears it, ~ removes from it) and, for a User= or
+    DynamicUser= service, in its AmbientCapabilities=."""
+    bounding, ambient, unprivileged = True, False, False
+    for raw in unit.splitlines():
+        key, _, value = raw.strip().partition("=")
+        words = value.split()
+        if key == "CapabilityBoundingSet":
+            if not words:
+                bounding = False
+            elif words[0].startswith("~"):
+                bounding = bounding and _CAP not in value
+            elif _CAP in words:
+                bounding = True
+        elif key == "AmbientCapabilities":
+            ambient = bool(words) and (ambient or _CAP in words)
+        elif (key == "User" and value.strip() not in ("", "root", "0")) or (
+            key == "DynamicUser" and value.strip().lower() in ("yes", "true", "1", "on")
+        ):
+            unprivileged = True
+    return bounding and (ambient or not unprivileged)
+
+
+def low_port_problems(ports: Mapping[str, Any], units: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Ports below 1024 whose service cannot listen there. ``units``: port variable -> (the unit template's
+    path, its text); a port whose variable has no unit here is not judged. Out-of-range values are
+    port_problems'."""
+    problems = []
+    for name, value in ports.items():
+        number = _number(value)
+        if name not in units or number is None or not 1 <= number < PRIVILEGED_PORTS_BELOW:
+            continue
+        path, text = units[name]
+        if not grants_low_ports(text):
+            problems.append(
+                f"{name} is {int(number)}, below {PRIVILEGED_PORTS_BELOW}: a service listens there only "
+                f"with {_CAP}, which {path} does not grant (an unprivileged user, an empty "
+                f"CapabilityBoundingSet=); use a port from {PRIVILEGED_PORTS_BELOW} up, with a proxy in "
+                f"front if clients need {int(number)}"
+            )
+    return problems

@@ -330,6 +330,22 @@ def render_sglang_args(
     return [arg for flag in sorted(rendered) for arg in rendered[flag]]
 
 
+def setting_dests(key: str, dialects: Mapping[str, Any] | None = None) -> set[str]:
+    """What a settings key sets in sglang: its flag's dest in the parser of every known release, and the key.
+
+    Aliases show here: ``model`` sets model_path, ``tensor_parallel_size`` sets tp_size, ``nccl_init_addr``
+    sets dist_init_addr. A key no release knows sets only itself.
+    """
+    table = load_dialects() if dialects is None else dialects
+    dests = {str(key)}
+    for dialect in table.values():
+        flag_key = (dialect.get("renames") or {}).get(key, key)
+        spec = (dialect.get("flags") or {}).get("--" + str(flag_key).replace("_", "-"))
+        if spec is not None:
+            dests.add(str(spec.get("dest") or flag_key))
+    return dests
+
+
 # --------------------------------------------------------------------------------------------------------
 # Profiles
 # --------------------------------------------------------------------------------------------------------

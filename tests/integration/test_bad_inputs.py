@@ -2,7 +2,8 @@
 
 Every case runs the real site.yml at -vvv through ansible-runner against the converged lab. A case passes when
 the run fails, no task reported a change, no task ran outside the two checking plays (inputs and preflight),
-a failure message names the variable (or group) to fix, and no secret is in the output.
+a failure message names the variable (or group) to fix, and no secret is in the output (neither the lab's nor
+one the case gives).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ CHECKING_PLAYS = {
 }
 ONE_NODE = "gpu-node-1:lab-gateway"
 BAD_REVISION = "0123456789abcdef0123456789abcdef01234567"
+PROBE = {"name": "four", "prompt": "What is 2+2? Answer briefly.", "max_tokens": 256}
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Case:
     extravars: dict[str, Any] = field(default_factory=dict)
     hosts: dict[str, Any] | None = None  # an inventory (hosts.yml) that replaces the lab's groups
     limit: str = ONE_NODE
+    hidden: tuple[str, ...] = ()  # values the case gives that must appear nowhere in the output
 
 
 def lab_hosts(**groups: Any) -> dict[str, Any]:
@@ -108,6 +111,167 @@ CASES = [
     Case(
         "unsupported-os", ("preflight_supported_os", "debian12"), {"preflight_supported_os": ["ubuntu2404"]}
     ),
+    # Inputs mean what they say. sglang_settings: keys the roles own (aliases included), values that would be
+    # flags of their own on the command line, sglang's ranges, tp_size against preflight's GPU count.
+    Case(
+        "settings-item-smuggles-a-flag",
+        ("sglang_settings.cuda_graph_bs_decode[1]", "begins with a dash"),
+        {"sglang_settings": {"cuda_graph_bs_decode": [1, "--host", "0.0.0.0"]}},
+    ),
+    Case(
+        "settings-value-smuggles-a-flag",
+        ("sglang_settings.tool_call_parser", "begins with a dash"),
+        {"sglang_settings": {"tool_call_parser": "--api-key=smuggled"}},
+    ),
+    Case(
+        "settings-owned-host",
+        ("sglang_settings.host", "the role owns this", "sglang_server_host"),
+        {"sglang_settings": {"host": "0.0.0.0"}},
+    ),
+    Case(
+        "settings-owned-model-alias",
+        ("sglang_settings.model", "model_path", "sglang_server_model_path"),
+        {"sglang_settings": {"model": "/var/lib/sglang/models/other"}},
+    ),
+    Case(
+        "settings-owned-api-key",
+        ("sglang_settings.api_key", "sglang_server_api_key"),
+        {"sglang_settings": {"api_key": "smuggled-key-not-a-secret"}},
+        hidden=("smuggled-key-not-a-secret",),
+    ),
+    Case(
+        "settings-owned-served-name",
+        ("sglang_settings.served_model_name", "sglang_server_served_model_name"),
+        {"sglang_settings": {"served_model_name": "glm-5"}},
+    ),
+    Case(
+        "settings-owned-replica-place",
+        ("sglang_settings.nnodes", "sglang_settings.node_rank", "sglang_replica_"),
+        {"sglang_settings": {"nnodes": 2, "node_rank": 0}},
+    ),
+    Case(
+        "settings-owned-dist-init-addr",
+        ("sglang_settings.dist_init_addr", "sglang_server_dist_port"),
+        {"sglang_settings": {"dist_init_addr": "gpu-node-1:20000"}},
+    ),
+    Case(
+        "fraction-above-one",
+        ("sglang_settings.mem_fraction_static", "fraction in (0, 1]"),
+        {"sglang_settings": {"mem_fraction_static": 1.5}},
+    ),
+    Case(
+        "count-not-positive",
+        ("sglang_settings.max_running_requests", "must be positive"),
+        {"sglang_settings": {"max_running_requests": 0}},
+    ),
+    Case(
+        "tp-above-preflight-gpus",
+        ("sglang_settings.tp_size", "preflight_tp_size"),
+        {"sglang_settings": {"tp_size": 16}},
+    ),
+    # Ports below 1024: no unit grants CAP_NET_BIND_SERVICE.
+    Case(
+        "server-port-privileged", ("sglang_server_port", "CAP_NET_BIND_SERVICE"), {"sglang_server_port": 80}
+    ),
+    Case(
+        "router-port-privileged", ("sglang_router_port", "CAP_NET_BIND_SERVICE"), {"sglang_router_port": 443}
+    ),
+    # Secrets: printable ASCII without whitespace, never shown.
+    Case(
+        "secret-with-whitespace",
+        ("sglang_server_api_key", "printable ASCII"),
+        {"sglang_server_api_key": "two words-not-a-secret"},
+        hidden=("two words-not-a-secret",),
+    ),
+    Case(
+        "token-not-ascii",
+        ("model_checkpoint_hf_token", "printable ASCII"),
+        {"model_checkpoint_hf_token": "hf_t\u00f6kenZ9NotASecret"},
+        hidden=("kenZ9NotASecret",),
+    ),
+    Case(
+        "admin-key-with-colon",
+        ("sglang_router_admin_key", "colon"),
+        {"sglang_router_admin_key": "glm5:lab:admin:colon-key-not-a-secret"},
+        hidden=("colon-key-not-a-secret",),
+    ),
+    # URLs: http(s), no credentials (never shown).
+    Case(
+        "endpoint-with-credentials",
+        ("model_checkpoint_hf_endpoint", "user:password"),
+        {"model_checkpoint_hf_endpoint": "http://mirror:pw-not-a-secret@lab-gateway:8090"},
+        hidden=("pw-not-a-secret",),
+    ),
+    Case(
+        "wheelhouse-with-credentials",
+        ("sglang_runtime_wheelhouse", "user:password"),
+        {"sglang_runtime_wheelhouse": "http://ops:pw-not-a-secret@lab-gateway:8080/wheels/"},
+        hidden=("pw-not-a-secret",),
+    ),
+    Case(
+        "endpoint-not-http",
+        ("model_checkpoint_hf_endpoint", "http(s) URL"),
+        {"model_checkpoint_hf_endpoint": "ftp://lab-gateway:8090"},
+    ),
+    # One-line values, hosts that are hosts.
+    Case(
+        "revision-with-line-break",
+        ("model_checkpoint_revision", "line break"),
+        {"model_checkpoint_revision": BAD_REVISION + "\n"},
+    ),
+    Case(
+        "name-injects-a-unit-line",
+        ("sglang_server_served_model_name", "line break"),
+        {"sglang_server_served_model_name": "glm-5\nExecStartPre=/bin/true"},
+    ),
+    Case(
+        "advertise-host-with-port",
+        ("sglang_server_advertise_host", "host:port", "sglang_server_port"),
+        {"sglang_server_advertise_host": "gpu-node-1:30000"},
+    ),
+    Case(
+        "router-host-is-a-url",
+        ("sglang_router_host", "not host:port or a URL"),
+        {"sglang_router_host": "http://0.0.0.0"},
+    ),
+    # Probes: regexes compile, max_tokens sane, names unique, prompts given.
+    Case(
+        "probe-regex-does-not-compile",
+        ("sglang_validate_probes[0].expect", "regular expression"),
+        {"sglang_validate_probes": [PROBE | {"expect": "([0-9]"}]},
+    ),
+    Case(
+        "probe-max-tokens-too-large",
+        ("sglang_validate_probes[0].max_tokens", "32768"),
+        {"sglang_validate_probes": [PROBE | {"max_tokens": 1000000}]},
+    ),
+    Case(
+        "probe-names-repeat",
+        ("sglang_validate_probes[1].name", "used twice"),
+        {"sglang_validate_probes": [PROBE, PROBE]},
+    ),
+    Case(
+        "probe-prompt-empty",
+        ("sglang_validate_probes[0].prompt", "empty"),
+        {"sglang_validate_probes": [PROBE | {"prompt": "  "}]},
+    ),
+    # Timeouts and retries, environments.
+    Case(
+        "health-timeout-zero",
+        ("sglang_server_health_timeout", "positive"),
+        {"sglang_server_health_timeout": 0},
+    ),
+    Case("retries-negative", ("sglang_validate_retries", "0 or more"), {"sglang_validate_retries": -1}),
+    Case(
+        "environment-line-break",
+        ("sglang_server_environment.OMP_NUM_THREADS", "line break"),
+        {"sglang_server_environment": {"OMP_NUM_THREADS": "1\nLD_PRELOAD=/tmp/x.so"}},
+    ),
+    Case(
+        "environment-owned",
+        ("sglang_environment.SGLANG_LOGGING_CONFIG_PATH", "the role owns this"),
+        {"sglang_environment": {"SGLANG_LOGGING_CONFIG_PATH": "/dev/null"}},
+    ),
     # The inventory's shape.
     Case(
         "empty-node-group", ("sglang_nodes",), hosts=lab_hosts(sglang_nodes=None, lab_spare=NODES), limit=""
@@ -149,8 +313,8 @@ def failure_text(run: Run) -> str:
     return "\n".join(parts)
 
 
-def test_the_suite_has_at_least_25_cases() -> None:
-    assert len(CASES) >= 25
+def test_the_suite_has_at_least_50_cases() -> None:
+    assert len(CASES) >= 50
     assert len({c.name for c in CASES}) == len(CASES)
 
 
@@ -172,9 +336,11 @@ def test_bad_input_is_refused_before_any_change(case: Case, run_playbook, tmp_pa
     assert run.status == "failed", f"{case.name}: the run was not refused"
     assert "task path:" in run.stdout, "no -vvv output"
     assert leaks(run.stdout) == [], f"{case.name}: a secret in the -vvv output"
+    shown = [value for value in case.hidden if value in run.stdout]
+    assert not shown, f"{case.name}: the value(s) {shown} in the -vvv output"
     ran = [e["event_data"] for e in run.events if e.get("event", "").startswith("runner_on_")]
     outside = sorted({d.get("play", "") for d in ran} - CHECKING_PLAYS)
-    assert not outside, f"{case.name}: tasks ran past the checks, in {outside}"
+    assert not outside, f"{case.name}: tasks ran past the checks, in {outside}; stats {run.stats}"
     changed = [f"{d['host']}: {d.get('task')}" for d in ran if (d.get("res") or {}).get("changed")]
     assert not changed, f"{case.name}: changed before the refusal: {changed}"
     text = failure_text(run)

@@ -1,5 +1,6 @@
 """Faults injected into the running lab: each is detected, the play fails on that host with the symptom in
-words and the journal, and nothing else is damaged. Each test puts the lab back as it found it.
+words and the journal, and nothing else is damaged. The lab is put back as it was found: the rollout test
+restores its node itself; the victim of the crash loop and the stalled start is restored once, after both.
 
 The other faults of the suite run elsewhere, on real data too: the NaN model through site.yml in
 test_serving_safety.py and the Inf model in molecule/validate; a download killed mid-way and resumed, a
@@ -12,13 +13,34 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LAB_NODES, Run
+import yaml
+from conftest import LAB_NODES, ROOT, Run
 
 VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
+# The second node of the victim's two-node replica in test_stalled_start_times_out_with_the_journal: an
+# inventory host that does not exist, so it never joins the rendezvous. No play runs on it (--limit VICTIM).
+ABSENT_PEER = "gpu-node-3-absent-peer"
+
+
+def stalled_replica_inventory(tmp_path: Path) -> Path:
+    """The lab's inventory with VICTIM as rank 0 of a two-node replica (group sglang_replica_stall, VICTIM
+    first) whose other node does not exist. The roles render --nnodes 2 --node-rank 0 --dist-init-addr
+    VICTIM:20000 from it (sglang_server_advertise_host, sglang_server_dist_port), as for a real replica."""
+    doc = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text())
+    children = doc["all"]["children"]
+    children["sglang_nodes"]["hosts"][ABSENT_PEER] = {"ansible_host": "glm5-lab-absent-peer"}
+    children["sglang_replica_stall"] = {"hosts": {VICTIM: None, ABSENT_PEER: None}}
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    # Not sorted: a replica's hosts are ranked in the group's order.
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (inventory / "group_vars").symlink_to(ROOT / "inventory" / "lab" / "group_vars")
+    return inventory
 
 
 def node_state(adhoc: Callable[..., dict[str, dict[str, Any]]]) -> dict[str, tuple[str, str, str]]:
@@ -51,65 +73,6 @@ def failure(run: Run, host: str) -> str:
         if e.get("event") in ("runner_on_failed", "runner_on_unreachable")
         and e["event_data"].get("host") == host
     )
-
-
-@pytest.fixture
-def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, str]]]:
-    """The nodes' state before the fault; afterwards the victim is served from the inventory again."""
-    before = node_state(adhoc)
-    yield before
-    adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
-    restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
-    assert restored.status == "successful", restored.stats
-
-
-def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
-    """A bad model path: the server dies at start, systemd restarts it until it gives up; the play says so."""
-    run = run_playbook(
-        "playbooks/serve.yml",
-        extravars={
-            "sglang_server_model_path": f"{MODELS}/no-such-model",
-            # A crash loop shows within one restart (RestartSec=10 after a failed start of about 15 s).
-            "sglang_server_health_timeout": 45,
-        },
-        cmdline=f"--limit {VICTIM}",
-    )
-    assert run.status == "failed"
-    message = failure(run, VICTIM)
-    assert "crash loop" in message, message[:3000]
-    assert "Last journal lines" in message and "no-such-model" in message, message[-3000:]
-    after = node_state(adhoc)
-    for host in LAB_NODES:
-        if host != VICTIM:
-            assert after[host] == restore_victim[host], host
-
-
-def test_stalled_start_times_out_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
-    """Rank 0 of a two-node replica whose second node never joins: the real sglang waits in its
-    torch.distributed rendezvous, runs without restarts and never becomes healthy; the play times out and
-    says the start stalled."""
-    run = run_playbook(
-        "playbooks/serve.yml",
-        extravars={
-            "sglang_settings": {
-                "tp_size": 2,
-                "nnodes": 2,
-                "node_rank": 0,
-                "dist_init_addr": f"{VICTIM}:20000",
-            },
-            # sglang's CPU backend runs one rank per bound core set with tp > 1.
-            "sglang_server_environment": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"},
-            "sglang_server_health_timeout": 60,
-        },
-        cmdline=f"--limit {VICTIM}",
-    )
-    assert run.status == "failed"
-    message = failure(run, VICTIM)
-    assert "stalled start" in message and "Last journal lines" in message, message[:3000]
-    after = node_state(adhoc)
-    for host in LAB_NODES:
-        if host != VICTIM:
-            assert after[host] == restore_victim[host], host
 
 
 def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> None:
@@ -182,3 +145,63 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
     # update's unit is gone. (Compared with the update's unit, not the one before: a lab left by another
     # scenario, e.g. molecule rollback, may not have matched the inventory before this test.)
     assert node_state(adhoc)["gpu-node-1"][1] != after["gpu-node-1"][1]
+
+
+@pytest.fixture(scope="module")
+def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, str]]]:
+    """The nodes' state before the victim's faults. After the last of them (one restart, not one per fault)
+    the victim is served from the inventory again, proven and back in the router (serve.yml validates)."""
+    before = node_state(adhoc)
+    yield before
+    adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
+    restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
+    assert restored.status == "successful", restored.stats
+
+
+def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
+    """A bad model path: the server dies at start, systemd restarts it until it gives up; the play says so."""
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={
+            "sglang_server_model_path": f"{MODELS}/no-such-model",
+            # A crash loop shows within one restart (RestartSec=10 after a failed start of about 15 s).
+            "sglang_server_health_timeout": 45,
+        },
+        cmdline=f"--limit {VICTIM}",
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "crash loop" in message, message[:3000]
+    assert "Last journal lines" in message and "no-such-model" in message, message[-3000:]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host
+
+
+def test_stalled_start_times_out_with_the_journal(
+    restore_victim, run_playbook, adhoc, tmp_path: Path
+) -> None:
+    """Rank 0 of a two-node replica whose second node never joins: the real sglang waits in its
+    torch.distributed rendezvous, runs without restarts and never becomes healthy; the play times out and
+    says the start stalled. The replica is the inventory's (a sglang_replica_* group): nnodes, node_rank and
+    dist_init_addr belong to the roles, and sglang_settings may not set them."""
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={
+            # One rank per node: tp_size 2 over the replica's two nodes.
+            "sglang_settings": {"tp_size": 2},
+            # sglang's CPU backend runs one rank per bound core set with tp > 1.
+            "sglang_server_environment": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"},
+            "sglang_server_health_timeout": 60,
+        },
+        cmdline=f"--limit {VICTIM}",
+        inventory=stalled_replica_inventory(tmp_path),
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "stalled start" in message and "Last journal lines" in message, message[:3000]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host

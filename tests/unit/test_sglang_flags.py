@@ -466,3 +466,14 @@ def test_facts_from_the_wheels() -> None:
     assert "--cuda-graph-max-bs" not in d["0.5.23"]["flags"]
     assert d["0.5.23"]["flags"]["--disable-cuda-graph"].get("deprecated") is True
     assert "flashinfer_sparse_mla" in d["0.5.23"]["flags"]["--dsa-decode-backend"]["choices"]
+
+
+def test_setting_dests_see_aliases_and_renames() -> None:
+    from ansible.module_utils.sglang_flags import setting_dests
+
+    assert setting_dests("model") == {"model", "model_path"}
+    assert setting_dests("tensor_parallel_size") == {"tensor_parallel_size", "tp_size"}
+    assert setting_dests("nccl_init_addr") == {"nccl_init_addr", "dist_init_addr"}
+    assert "nsa_decode_backend" in setting_dests("dsa_decode_backend")  # renamed on the seed lane
+    assert setting_dests("tp_sise") == {"tp_sise"}
+    assert setting_dests("sizes", TOY) == {"sizes"}

@@ -1,0 +1,107 @@
+"""playbooks/inputs.yml run by the real ansible-playbook on the controller (local connection, no lab): the
+lab-like fleet of tests/fixtures/inputs passes; hosts that each carry bad inputs are refused in the one task,
+each message naming the variable with its path, and no secret or URL credential shows even at -vvv."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from controller_play import ROOT, ansible_playbook
+
+FIXTURE = ROOT / "tests" / "fixtures" / "inputs" / "hosts.yml"
+PROBE = {"name": "four", "prompt": "What is 2+2? Answer briefly.", "max_tokens": 256}
+
+# host -> (its group, its bad inputs, words its refusal must contain, values that must show nowhere)
+BAD: dict[str, tuple[str, dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {
+    "bad-settings": (
+        "sglang_nodes",
+        {"sglang_settings": {"cuda_graph_bs_decode": [1, "--host", "0.0.0.0"], "model": "/x", "tp_size": 16}},
+        (
+            "sglang_settings.cuda_graph_bs_decode[1]",
+            "begins with a dash",
+            "sglang_settings.model: the role owns this (it sets model_path); set sglang_server_model_path",
+            "set preflight_tp_size to 16",
+        ),
+        (),
+    ),
+    "bad-secret-and-url": (
+        "sglang_nodes",
+        {
+            "sglang_server_api_key": "two words-hidden-1",
+            "model_checkpoint_hf_endpoint": "http://u:pw-hidden-2@lab-gateway:8090",
+        },
+        ("sglang_server_api_key must be printable ASCII", "model_checkpoint_hf_endpoint carries a user name"),
+        ("hidden-1", "pw-hidden-2"),
+    ),
+    "bad-lines-and-port": (
+        "sglang_nodes",
+        {
+            "model_checkpoint_revision": "0123456789abcdef0123456789abcdef01234567\n",
+            "sglang_server_port": 80,
+            "sglang_server_health_timeout": 0,
+            "sglang_validate_probes": [PROBE, PROBE | {"expect": "("}],
+            "sglang_server_environment": {"HOME": "/root"},
+        },
+        (
+            "model_checkpoint_revision holds a line break",
+            "sglang_server_port is 80, below 1024",
+            "sglang_server_health_timeout must be positive",
+            "sglang_validate_probes[1].name",
+            "sglang_validate_probes[1].expect",
+            "sglang_server_environment.HOME: the role owns this; set sglang_server_home",
+        ),
+        (),
+    ),
+    "bad-router": (
+        "sglang_router",
+        {"sglang_router_admin_key": "short:hidden-3", "sglang_router_host": "http://0.0.0.0"},
+        ("sglang_router_admin_key is shorter than 16", "holds a colon", "sglang_router_host must be a host"),
+        ("hidden-3",),
+    ),
+}
+
+
+def run_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str, bad: bool = False) -> Any:
+    inventory = yaml.safe_load(FIXTURE.read_text())
+    if bad:
+        children = inventory["all"]["children"]
+        for host, (group, values, _, _) in BAD.items():
+            children[group]["hosts"][host] = values
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    return ansible_playbook("-i", str(tmp_path / "hosts.yml"), "playbooks/inputs.yml", *args)
+
+
+def refusals(stdout: str) -> dict[str, str]:
+    """host -> the message of its failed task."""
+    decoder, found = json.JSONDecoder(), {}
+    for match in re.finditer(r"fatal: \[([^\]]+)\]: FAILED! => ", stdout):
+        result, _ = decoder.raw_decode(stdout[match.end() :])
+        found[match.group(1)] = json.dumps(result.get("msg"))
+    return found
+
+
+def test_the_lab_like_fleet_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    done = run_inputs(tmp_path, monkeypatch)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_each_bad_host_is_refused_naming_its_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = run_inputs(tmp_path, monkeypatch, "-vvv", bad=True)
+    assert done.returncode == 2, done.stdout[-4000:] + done.stderr[-2000:]
+    found = refusals(done.stdout)
+    assert set(found) == set(BAD), found
+    for host, (_, _, words, _) in BAD.items():
+        for word in words:
+            assert json.dumps(word)[1:-1] in found[host], f"{host}: {word!r} not in {found[host]}"
+    output = done.stdout + done.stderr
+    for host, (_, _, _, hidden) in BAD.items():
+        for value in hidden:
+            assert value not in output, f"{host}: {value!r} in the -vvv output"
