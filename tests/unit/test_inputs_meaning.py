@@ -302,7 +302,7 @@ def test_a_secret_is_never_in_its_problem(value: str) -> None:
 
 
 def test_good_secrets_pass() -> None:
-    for value in ("", "glm5-lab-server-key-not-a-secret", "hf_AbC123~!@#$%^&*()_+={}[]|\\:;\"'<>,.?/"):
+    for value in ("", "an-example-server-key-long-enough", "hf_AbC123~!@#$%^&*()_+={}[]|\\:;\"'<>,.?/"):
         assert secret_problems(SECRET_SPEC, {"sglang_server_api_key": value}) == []
 
 
@@ -320,7 +320,7 @@ def test_the_router_admin_key(key: str, words: str) -> None:
         p.startswith("sglang_router_admin_key ") for p in problems
     )
     assert all(key not in p for p in problems if key)
-    assert admin_key_problems("glm5-lab-admin-key-not-a-secret", var="k") == []
+    assert admin_key_problems("an-example-admin-key-long-enough", var="k") == []
     assert admin_key_problems({"not": "a string"}, var="k") == []  # secret_problems names it
 
 
