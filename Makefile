@@ -88,15 +88,15 @@ parser: venv ## pytest: rendered flags against each lane's real sglang parser (v
 	$(BIN)/python -m pytest tests/parser -q
 
 integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, validate, rolling, rollback.
-	$(BIN)/molecule test -s default
-	$(BIN)/python -m pytest tests/integration -q
-	$(BIN)/molecule test -s validate
-	$(BIN)/molecule test -s rolling
-	$(BIN)/molecule test -s rollback
+	time $(BIN)/molecule test -s default
+	time $(BIN)/python -m pytest tests/integration -q --durations=25
+	time $(BIN)/molecule test -s validate
+	time $(BIN)/molecule test -s rolling
+	time $(BIN)/molecule test -s rollback
 
 molecule: lab-artifacts ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
 	for scenario in $(CONTAINER_SCENARIOS); do \
-	  GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
+	  time GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
 
 bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite docs/benchmarks.md (BENCH_FIGURES=P1,P3 for some).

@@ -19,6 +19,16 @@ Degenerate-output rule (:func:`find_degenerate`), applied to content and to reas
    or more and the unit holds a character outside ``RULE_CHARS`` and whitespace.
 
 Whitespace never counts: indentation and blank lines are not repetition. Short answers such as ``4`` pass.
+
+Logprobs rule (:func:`check_logprobs`): every logprob, the token's and its top_logprobs', must be a finite
+number no higher than 0 (``LOGPROB_CEILING`` allows float32 rounding: sglang takes the log of a softmax). When
+logprobs were requested, ``logprobs.content`` holds exactly one entry per generated token,
+``usage.completion_tokens`` (real sglang 0.5.23 counts the stop token in both: 10 and 10 in
+healthy_chat_2plus2_logprobs, 16 and 16 in nan_lnf__chat_greedy_logprobs). Without that rule an empty or short
+list would pass for a clean one.
+
+HTTP 401 and 403 are a key problem (:data:`AUTH_PROBLEM`), reported without the server's words, which could
+echo the key.
 """
 
 from __future__ import annotations
@@ -41,6 +51,10 @@ from typing import Any
 # GLM-5 thinks before it answers; its reasoning for the default probes runs to a few hundred or a couple of
 # thousand tokens. A cap that cuts the thinking short yields content "" and finish_reason "length": a FAIL.
 DEFAULT_MAX_TOKENS = 4096
+# Seconds each request may take in all, from sending it to the last byte of the answer: a total deadline, not
+# an idle timeout. sglang sends a non-streamed answer in one piece once it is generated, so this is also the
+# time the model has to think and answer; GLM-5 on the default probes needs a fraction of it, and the seeds'
+# 300 s stays the budget. A server that trickles bytes is stopped here instead of holding the play.
 DEFAULT_TIMEOUT = 300
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_DELAY = 5
@@ -99,6 +113,19 @@ MAX_UNIT = 16
 DOMINANT_SHARE = 0.5
 SCAN_CHARS = 200_000  # longest text scanned for repetition (head and tail beyond that)
 RULE_CHARS = frozenset("-=_*#~.`+|/\\<>0123456789")
+# Highest logprob accepted. A log-probability is never above 0, but sglang takes the log of a float32 softmax,
+# and a near-certain token's probability can round to 1 plus an ulp: its log is about +1.2e-7. Anything above
+# this is an impossible number, not rounding.
+LOGPROB_CEILING = 1e-4
+
+# --- Keys
+
+# Statuses that mean the server did not accept the request's credentials (sglang: 401 "Missing API key" or
+# "Invalid API key"; a proxy in front may say 403). Never retried, never quoted (the body could echo the key).
+AUTH_STATUSES = (401, 403)
+AUTH_PROBLEM = (
+    "the server refused the API key (HTTP {status}): check sglang_server_api_key / the key the check sends"
+)
 
 # --- Journal signatures
 
@@ -365,8 +392,53 @@ def is_degenerate(text: str) -> str | None:
 # --- Logprobs
 
 
-def check_logprobs(choice: Mapping[str, Any], requested: bool) -> list[str]:
-    """Failures for null, non-finite or non-numeric logprobs in ``choice['logprobs']['content']``."""
+def _logprob_values(entry: Mapping[str, Any], number: int) -> tuple[list[tuple[object, str]], bool]:
+    """The logprobs of one ``logprobs.content`` entry, each with where it sits, and whether the entry is
+    malformed (its top_logprobs is neither a list nor null)."""
+    token = entry.get("token")
+    where = f"token {number}" + (f" ({_quote(token, 20)})" if isinstance(token, str) else "")
+    values: list[tuple[object, str]] = [(entry.get("logprob"), where)]
+    top = entry.get("top_logprobs")
+    if isinstance(top, list):
+        for item in top:
+            value = item.get("logprob") if isinstance(item, Mapping) else item
+            values.append((value, f"a top_logprob of {where}"))
+        return values, False
+    return values, top is not None
+
+
+def _logprob_kind(value: object) -> str | None:
+    """Which rule a logprob breaks (null, not a number, non-finite, above 0), or None for a sound one."""
+    if value is None:
+        return "null"
+    if not _is_number(value):
+        return "not_number"
+    if not math.isfinite(value):
+        return "non_finite"
+    if value > LOGPROB_CEILING:
+        return "positive"
+    return None
+
+
+# Failure wording per kind: what is wrong with the values, and what it means.
+_LOGPROB_WORDS = {
+    "null": "are null (NaN is sent as null: the model computes NaN logits)",
+    "non_finite": "are non-finite (NaN or Inf)",
+    "positive": "are above 0, which no log-probability can be",
+    "not_number": "are not numbers",
+}
+
+
+def check_logprobs(
+    choice: Mapping[str, Any], requested: bool, completion_tokens: int | None = None
+) -> list[str]:
+    """Failures for impossible logprobs in ``choice['logprobs']['content']``; empty when they are sound.
+
+    Every logprob (the token's and its top_logprobs') must be a finite number no higher than 0
+    (``LOGPROB_CEILING``); each kind of bad value is counted and its first occurrence named, with its token.
+    When logprobs were ``requested``, there must be one entry per generated token, ``completion_tokens``
+    (``usage.completion_tokens``; None when the answer has no usage: then at least one entry).
+    """
     logprobs = choice.get("logprobs")
     if logprobs is None:
         return ["logprobs were requested but the answer carries none"] if requested else []
@@ -378,38 +450,46 @@ def check_logprobs(choice: Mapping[str, Any], requested: bool) -> list[str]:
     if not isinstance(entries, list):
         return [f"'logprobs.content' is a {type(entries).__name__}, not a list"]
 
-    seen = nulls = non_finite = not_numbers = malformed = 0
-    for entry in entries:
+    failures = []
+    if requested and completion_tokens is not None and len(entries) != completion_tokens:
+        failures.append(
+            f"logprobs cover {len(entries)} tokens but the answer has {completion_tokens} "
+            "(usage.completion_tokens): the logprobs do not describe this answer"
+        )
+    elif requested and completion_tokens is None and not entries:
+        failures.append("logprobs were requested but 'logprobs.content' is empty")
+
+    seen = malformed = 0
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for number, entry in enumerate(entries, start=1):
         if not isinstance(entry, Mapping):
             malformed += 1
             continue
-        values = [entry.get("logprob")]
-        top = entry.get("top_logprobs")
-        if isinstance(top, list):
-            values.extend(item.get("logprob") if isinstance(item, Mapping) else item for item in top)
-        elif top is not None:
-            malformed += 1
-        for value in values:
+        values, bad_top = _logprob_values(entry, number)
+        malformed += int(bad_top)
+        for value, where in values:
             seen += 1
-            if value is None:
-                nulls += 1
-            elif not _is_number(value):
-                not_numbers += 1
-            elif not math.isfinite(value):
-                non_finite += 1
+            kind = _logprob_kind(value)
+            if kind is not None:
+                counts[kind] = counts.get(kind, 0) + 1
+                first.setdefault(kind, f"{_shown_logprob(value)} at {where}")
 
-    failures = []
-    if nulls:
-        failures.append(
-            f"{nulls} of {seen} logprobs are null (NaN is sent as null: the model computes NaN logits)"
-        )
-    if non_finite:
-        failures.append(f"{non_finite} of {seen} logprobs are non-finite (NaN or Inf)")
-    if not_numbers:
-        failures.append(f"{not_numbers} of {seen} logprobs are not numbers")
+    for kind, words in _LOGPROB_WORDS.items():
+        if kind in counts:
+            failures.append(f"{counts[kind]} of {seen} logprobs {words}; the first is {first[kind]}")
     if malformed:
         failures.append(f"{malformed} logprobs entries are malformed (not objects or lists)")
     return failures
+
+
+def _shown_logprob(value: object) -> str:
+    """A logprob as a message shows it: null, nan, inf, 0.5, or the JSON text of a non-number."""
+    if value is None:
+        return "null"
+    if _is_number(value):
+        return repr(value)
+    return _quote(json.dumps(value, default=str), 40)
 
 
 # --- Python answers
@@ -540,6 +620,8 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
     text, decode_error = _decode(body)
     if not _is_int(status):
         return _verdict([f"no HTTP status ({status!r})"])
+    if status in AUTH_STATUSES:
+        return _verdict([auth_problem(status)])
     if status != 200:
         failures = [f"HTTP {status} (wanted 200)"]
         if text:
@@ -613,7 +695,7 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
         if found:
             failures.append(f"degenerate output {found} in {label}, the silent-NaN symptom")
 
-    failures += check_logprobs(choice, logprobs_requested)
+    failures += check_logprobs(choice, logprobs_requested, completion_tokens)
 
     if finish_reason is None:
         failures.append(f"finish_reason is missing (wanted '{probe.finish_reason}')")
@@ -654,6 +736,11 @@ def judge_response(
         return _verdict([f"the judge could not read the answer ({type(exc).__name__}: {str(exc)[:200]})"])
 
 
+def auth_problem(status: int) -> str:
+    """The plain words for an HTTP 401 or 403: the key was refused. Names the variable, never the key."""
+    return AUTH_PROBLEM.format(status=status)
+
+
 def judge_transport_error(message: str) -> Verdict:
     """A failed verdict for a request that got no HTTP answer at all."""
     return _verdict([message or "no HTTP answer"])
@@ -688,6 +775,28 @@ def describe_exception(exc: BaseException) -> tuple[str, bool]:
     return f"{type(reason).__name__}: {reason}", False
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a request error is a socket timeout (urllib wraps it in a URLError)."""
+    reason: object = exc
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
+        reason = exc.reason
+    return isinstance(reason, (TimeoutError, socket.timeout))
+
+
+def deadline_problem(deadline_s: float, elapsed_s: float, status: int | None, received: int) -> str:
+    """The plain words for a request stopped at its total deadline: how far the answer got, after how long.
+
+    ``status`` is None when the status line and headers had not all arrived; ``received`` counts the bytes of
+    the body. A server that trickles its answer a byte at a time never trips a socket timeout; this stops it.
+    """
+    count = f"{received} byte{'' if received == 1 else 's'}"
+    if status is None:
+        got = f"{count} received after {elapsed_s:.1f} s, not even the status line and headers"
+    else:
+        got = f"HTTP {status}, then {count} of the body received after {elapsed_s:.1f} s"
+    return f"no complete answer within the {deadline_s:g} s deadline: {got} (a stalled or trickling server)"
+
+
 def is_retryable_status(status: int) -> bool:
     """503 means starting or draining: worth another try. Any other status is an answer to judge."""
     return status == 503
@@ -696,6 +805,8 @@ def is_retryable_status(status: int) -> bool:
 def first_model_id(status: object, body: bytes | str | None) -> tuple[str | None, str | None]:
     """(model id, None) from a GET /v1/models answer, or (None, what went wrong)."""
     text, error = _decode(body)
+    if _is_int(status) and status in AUTH_STATUSES:
+        return None, f"GET /v1/models: {auth_problem(status)}"
     if status != 200:
         return None, f"GET /v1/models answered HTTP {status}; set the 'model' option"
     if text is None:

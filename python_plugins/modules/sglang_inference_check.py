@@ -13,8 +13,11 @@ description:
     C(!!!!) (token 0 repeated) with C(finish_reason=length) (sglang#36716).
   - A probe fails on an HTTP status other than 200; a body that is not a chat completion; a
     C(finish_reason) other than the required one; null or empty content, including answers that stayed in
-    C(reasoning_content); degenerate output in content or reasoning; a null, NaN or Inf logprob; an
-    C(expect) or C(expect_python) that is not met; an error body carrying a NaN or assert signature.
+    C(reasoning_content); degenerate output in content or reasoning; a null, NaN, Inf or positive logprob,
+    or logprobs that do not cover the generated tokens (C(usage.completion_tokens)); an C(expect) or
+    C(expect_python) that is not met; an error body carrying a NaN or assert signature; an answer not
+    complete within I(timeout).
+  - An HTTP 401 or 403 is reported as a key problem (the server refused the API key), never with the key.
   - Any failed probe fails the task, with a message naming the probe and the symptom. The per-probe results
     are returned either way.
   - Only a refused connection or an HTTP 503 is retried. A bad answer is never retried.
@@ -92,7 +95,12 @@ options:
             or C(n).
         type: dict
   timeout:
-    description: Seconds to wait for each request.
+    description:
+      - Seconds each request may take in all, from sending it to the last byte of the answer. This is a total
+        deadline, enforced while the answer is read, not an idle timeout, so a server that trickles bytes
+        cannot hold the task. The failure says which probe, how many bytes arrived and after how long.
+      - sglang sends a non-streamed answer once it is generated, so this is also the time the model has to
+        think and answer.
     type: int
     default: 300
   retries:
@@ -106,8 +114,10 @@ options:
     default: 5
   logprobs:
     description:
-      - Request logprobs and fail on any null, NaN or Inf logprob (sglang sends NaN as null).
-      - With C(true), an answer that carries no logprobs fails too.
+      - Request logprobs and fail on any null, NaN, Inf or positive logprob (sglang sends NaN as null); the
+        failure names the first bad value and its token.
+      - With C(true), an answer whose logprobs are missing or do not hold one entry per generated token
+        (C(usage.completion_tokens)) fails too.
     type: bool
     default: true
   journal_unit:
@@ -256,6 +266,7 @@ changed:
 """
 
 import json
+import threading
 import time
 import urllib.error
 from typing import Any
@@ -273,10 +284,12 @@ from ansible.module_utils.inference_judge import (
     ProbeError,
     build_request,
     check_unit_name,
+    deadline_problem,
     describe_exception,
     failure_message,
     first_model_id,
     is_retryable_status,
+    is_timeout,
     journal_command,
     journal_read_problem,
     judge_response,
@@ -318,38 +331,88 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
+READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
+
+
 class Exchange:
     """The outcome of one request, after retries: a status and body, or a transport error."""
 
     def __init__(self) -> None:
         self.status: int | None = None
         self.body: bytes = b""
+        self.received = 0
         self.error: str | None = None
         self.retryable = False
+        self.timed_out = False
         self.attempts = 0
         self.latency_s = 0.0
 
 
-def _send_once(method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: int) -> Exchange:
-    result = Exchange()
+def _read_body(stream: Any, result: Exchange, stop: threading.Event) -> None:
+    """Read the body in chunks (up to MAX_BODY_BYTES + 1), counting the bytes as they arrive, until its end or
+    until ``stop`` is set."""
+    read = getattr(stream, "read1", None) or stream.read
+    chunks = []
+    while result.received <= MAX_BODY_BYTES and not stop.is_set():
+        chunk = read(READ_CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        result.received += len(chunk)
+    result.body = b"".join(chunks)
+
+
+def _exchange(
+    method: str,
+    url: str,
+    data: bytes | None,
+    headers: dict[str, str],
+    timeout: int,
+    result: Exchange,
+    stop: threading.Event,
+) -> None:
+    """One request into ``result``. Runs in a worker thread; :func:`_send_once` watches the clock."""
     try:
         response = open_url(
             url, data=data, headers=headers, method=method, timeout=timeout, follow_redirects="none"
         )
         try:
             result.status = int(response.getcode())
-            result.body = response.read(MAX_BODY_BYTES + 1)
+            _read_body(response, result, stop)
         finally:
             response.close()
     except urllib.error.HTTPError as exc:
         result.status = int(exc.code)
         result.retryable = is_retryable_status(result.status)
         try:
-            result.body = exc.read(MAX_BODY_BYTES + 1) or b""
-        except Exception:  # an error body that cannot be read is judged as empty
-            result.body = b""
+            _read_body(exc, result, stop)
+        except Exception as inner:  # an error body that cannot be read is judged as empty
+            result.timed_out = is_timeout(inner)
     except Exception as exc:  # every transport problem becomes a reason, never a traceback
+        result.timed_out = is_timeout(exc)
         result.error, result.retryable = describe_exception(exc)
+
+
+def _send_once(method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: int) -> Exchange:
+    """One request with a total deadline of ``timeout`` seconds, from sending it to the last byte of the body.
+
+    The request runs in a daemon thread, read in chunks; this thread waits for it at most ``timeout`` seconds.
+    A socket timeout alone would not do: a server that sends a byte every few seconds never trips it. At the
+    deadline the worker is told to stop and left behind; it ends at its next read or with the process.
+    """
+    result = Exchange()
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=_exchange, args=(method, url, data, headers, timeout, result, stop), daemon=True
+    )
+    started = time.monotonic()
+    worker.start()
+    worker.join(max(timeout, 0))
+    if worker.is_alive() or result.timed_out:
+        stop.set()
+        late = Exchange()
+        late.error = deadline_problem(timeout, time.monotonic() - started, result.status, result.received)
+        return late
     return result
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import ansible.module_utils.inference_judge as module_judge
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from chat_server import HELLO, JsonHandler, free_port, prime_with_logprobs, serving
+from chat_server import HELLO, TRICKLE_BODY, JsonHandler, free_port, prime_with_logprobs, serving
 from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from project_modules import load_module
 from sglang_captures import load, names
@@ -200,6 +200,9 @@ def _handler(fleet: Fleet) -> type[JsonHandler]:
         def _chat(self, mode: str, body: Any) -> None:
             if mode == "slow":
                 time.sleep(3)
+            if mode == "trickle":  # a 200 whose body never finishes, a byte every 0.1 s
+                self.trickle(TRICKLE_BODY)
+                return
             if mode == "capture":
                 capture = load(fleet.capture)
                 if capture.status is None:  # the capture has no answer: the server dropped the connection
@@ -850,7 +853,58 @@ def test_timeout_is_described_as_the_module_does(fleet: Fleet, capsys: pytest.Ca
     guard = GUARD.check_replica(
         url, judge.normalize_probes([probe]), api_key=SERVER_KEY, model="m", timeout=1
     )
-    assert guard.probes[0]["failures"] == module["probes"][0]["failures"] == ["no answer before the timeout"]
+    words = (
+        r"no complete answer within the 1 s deadline: 0 bytes received after 1\.\d s, "
+        r"not even the status line and headers \(a stalled or trickling server\)"
+    )
+    for failures in (guard.probes[0]["failures"], module["probes"][0]["failures"]):
+        assert len(failures) == 1 and re.fullmatch(words, failures[0]), failures
+
+
+def test_a_trickling_replica_cannot_hold_the_guard(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    """A replica that sends a byte every 0.1 s never trips a socket timeout; the deadline stops it."""
+    fleet.modes["eq"] = "trickle"
+    url = fleet.replica("eq")
+    probe = dict(judge.DEFAULT_PROBES[0])
+    started = time.monotonic()
+    guard = GUARD.check_replica(
+        url, judge.normalize_probes([probe]), api_key=SERVER_KEY, model="m", timeout=2
+    )
+    assert time.monotonic() - started < 6  # the trickle alone would run for 30 s
+    module = run_module(
+        {"url": url, "api_key": SERVER_KEY, "model": "m", "probes": [probe], "timeout": 2, "retry_delay": 0},
+        capsys,
+    )
+    words = (
+        r"no complete answer within the 2 s deadline: HTTP 200, then (\d+) bytes of the body received "
+        r"after 2\.\d s \(a stalled or trickling server\)"
+    )
+    for failures in (guard.probes[0]["failures"], module["probes"][0]["failures"]):
+        found = re.fullmatch(words, failures[0])
+        assert len(failures) == 1 and found and int(found.group(1)) >= 8, failures
+    assert not guard.passed and guard.symptom.startswith("probe '2+2': no complete answer within the 2 s")
+
+
+def test_a_refused_key_is_described_as_the_module_does(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.modes["eq"] = "healthy"
+    url = fleet.replica("eq")
+    probe = dict(judge.DEFAULT_PROBES[0])
+    module = run_module({"url": url, "api_key": "wrong", "model": "m", "probes": [probe]}, capsys)
+    guard = GUARD.check_replica(url, judge.normalize_probes([probe]), api_key="wrong", model="m")
+    assert (
+        guard.probes[0]["failures"]
+        == module["probes"][0]["failures"]
+        == [
+            "the server refused the API key (HTTP 401): check sglang_server_api_key / the key the check sends"
+        ]
+    )
+    listing = GUARD.check_replica(url, judge.normalize_probes([probe]), api_key="wrong")
+    assert listing.symptom == (
+        "GET /v1/models: the server refused the API key (HTTP 401): "
+        "check sglang_server_api_key / the key the check sends"
+    )
 
 
 # --- Metrics

@@ -12,6 +12,7 @@ import pytest
 from ansible.module_utils.inference_judge import (
     DEFAULT_MAX_TOKENS,
     EXPECT_FOUR,
+    LOGPROB_CEILING,
     Probe,
     ProbeError,
     Verdict,
@@ -19,12 +20,14 @@ from ansible.module_utils.inference_judge import (
     check_logprobs,
     check_python_answer,
     check_unit_name,
+    deadline_problem,
     describe_exception,
     failure_message,
     find_degenerate,
     first_model_id,
     is_degenerate,
     is_retryable_status,
+    is_timeout,
     journal_command,
     journal_read_problem,
     judge_response,
@@ -162,8 +165,9 @@ def test_nan_greedy_names_the_bangs_in_reasoning() -> None:
 def test_nan_logprobs_fail_on_null() -> None:
     verdict = judge("nan_lnf__chat_greedy_logprobs", logprobs=True)
     assert (
-        "32 of 32 logprobs are null (NaN is sent as null: the model computes NaN logits)" in verdict.failures
-    )
+        "32 of 32 logprobs are null (NaN is sent as null: the model computes NaN logits); "
+        "the first is null at token 1 ('!')"
+    ) in verdict.failures
 
 
 def test_healthy_answer_to_the_wrong_prompt_fails_on_expect() -> None:
@@ -239,6 +243,22 @@ def test_error_object_with_status_200_fails_and_names_the_signature() -> None:
     verdict = judge_response(200, NAN_ERROR, FOUR)
     assert verdict.failures[0].startswith("the server answered with an error")
     assert any("NaN/Inf" in item for item in verdict.failures)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_key_is_a_key_problem_and_the_body_is_not_quoted(status: int) -> None:
+    body = json.dumps({"object": "error", "message": "Invalid API key sk-live-0123456789"}).encode()
+    verdict = judge_response(status, body, FOUR, logprobs_requested=True)
+    assert verdict.failures == [
+        f"the server refused the API key (HTTP {status}): "
+        "check sglang_server_api_key / the key the check sends"
+    ]
+    assert "sk-live" not in joined(verdict)
+    assert first_model_id(status, body) == (
+        None,
+        f"GET /v1/models: the server refused the API key (HTTP {status}): "
+        "check sglang_server_api_key / the key the check sends",
+    )
 
 
 def test_plain_text_error_and_empty_503() -> None:
@@ -386,8 +406,10 @@ def test_nan_and_inf_literals_in_logprobs_fail() -> None:
         b'{"token": "x", "logprob": "-1", "top_logprobs": []}]}}]}'
     )
     verdict = judge_response(200, body, FOUR, logprobs_requested=True)
-    assert "2 of 3 logprobs are non-finite (NaN or Inf)" in verdict.failures
-    assert "1 of 3 logprobs are not numbers" in verdict.failures
+    assert (
+        "2 of 3 logprobs are non-finite (NaN or Inf); the first is nan at token 1 ('4')" in verdict.failures
+    )
+    assert "1 of 3 logprobs are not numbers; the first is '\"-1\"' at token 2 ('x')" in verdict.failures
 
 
 def test_missing_logprobs_fail_only_when_requested() -> None:
@@ -399,14 +421,141 @@ def test_missing_logprobs_fail_only_when_requested() -> None:
         "logprobs were requested but 'logprobs.content' is missing"
     ]
     assert check_logprobs({"logprobs": {"content": [1, {"top_logprobs": 3}]}}, requested=False) == [
-        "1 of 1 logprobs are null (NaN is sent as null: the model computes NaN logits)",
+        "1 of 1 logprobs are null (NaN is sent as null: the model computes NaN logits); "
+        "the first is null at token 2",
         "2 logprobs entries are malformed (not objects or lists)",
+    ]
+    assert check_logprobs({"logprobs": {"content": []}}, requested=True) == [
+        "logprobs were requested but 'logprobs.content' is empty"
     ]
 
 
 def test_healthy_logprobs_pass() -> None:
     body = json.loads(load("healthy_chat_2plus2_logprobs").body)
     assert check_logprobs(body["choices"][0], requested=True) == []
+
+
+# --- Logprobs sanity: one entry per generated token, each finite and <= 0. The real captures first, then
+# mutated copies of the healthy one (10 generated tokens, 10 entries, each with one top_logprob: 20 values).
+
+HEALTHY_LOGPROBS = "healthy_chat_2plus2_logprobs"
+
+
+def logprobs_answer(name: str = HEALTHY_LOGPROBS) -> dict[str, Any]:
+    return json.loads(load(name).body)
+
+
+def entries(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return document["choices"][0]["logprobs"]["content"]
+
+
+@pytest.mark.parametrize(("name", "tokens"), [(HEALTHY_LOGPROBS, 10), ("nan_lnf__chat_greedy_logprobs", 16)])
+def test_real_sglang_sends_one_logprob_entry_per_generated_token(name: str, tokens: int) -> None:
+    """sglang 0.5.23 counts the stop token in completion_tokens and gives it a logprob entry too."""
+    document = logprobs_answer(name)
+    assert document["usage"]["completion_tokens"] == len(entries(document)) == tokens
+    problems = check_logprobs(document["choices"][0], requested=True, completion_tokens=tokens)
+    assert not [problem for problem in problems if "cover" in problem]
+
+
+def test_the_healthy_capture_passes_the_logprobs_sanity_check() -> None:
+    document = logprobs_answer()
+    assert check_logprobs(document["choices"][0], requested=True, completion_tokens=10) == []
+    assert judge(HEALTHY_LOGPROBS, logprobs=True).passed
+
+
+def _set_logprob(index: int, value: Any, top: bool = False) -> Any:
+    def mutate(document: dict[str, Any]) -> None:
+        entry = entries(document)[index]
+        (entry["top_logprobs"][0] if top else entry)["logprob"] = value
+
+    return mutate
+
+
+def _drop(keep: slice) -> Any:
+    def mutate(document: dict[str, Any]) -> None:
+        document["choices"][0]["logprobs"]["content"] = entries(document)[keep]
+
+    return mutate
+
+
+def _tokens(count: int) -> Any:
+    def mutate(document: dict[str, Any]) -> None:
+        document["usage"]["completion_tokens"] = count
+
+    return mutate
+
+
+COVER = "(usage.completion_tokens): the logprobs do not describe this answer"
+# mutation of the healthy capture -> the one failure it must give (the probe is named by failure_message)
+MUTATIONS: dict[str, tuple[Any, str]] = {
+    "nan": (
+        _set_logprob(2, float("nan")),
+        "1 of 20 logprobs are non-finite (NaN or Inf); the first is nan at token 3 ('+')",
+    ),
+    "plus_half": (
+        _set_logprob(1, 0.5),
+        "1 of 20 logprobs are above 0, which no log-probability can be; the first is 0.5 at token 2 ('2')",
+    ),
+    "inf": (
+        _set_logprob(5, float("inf")),
+        "1 of 20 logprobs are non-finite (NaN or Inf); the first is inf at token 6 (' 4')",
+    ),
+    "minus_inf_in_top": (
+        _set_logprob(4, float("-inf"), top=True),
+        "1 of 20 logprobs are non-finite (NaN or Inf); the first is -inf at a top_logprob of token 5 (' is')",
+    ),
+    "positive_top": (
+        _set_logprob(9, 3.0, top=True),
+        "1 of 20 logprobs are above 0, which no log-probability can be; "
+        "the first is 3.0 at a top_logprob of token 10 ('<|endoftext|>')",
+    ),
+    "missing_entries": (_drop(slice(0, 7)), f"logprobs cover 7 tokens but the answer has 10 {COVER}"),
+    "missing_last": (_drop(slice(0, 9)), f"logprobs cover 9 tokens but the answer has 10 {COVER}"),
+    "no_entries": (_drop(slice(0, 0)), f"logprobs cover 0 tokens but the answer has 10 {COVER}"),
+    "more_tokens_than_entries": (_tokens(4096), f"logprobs cover 10 tokens but the answer has 4096 {COVER}"),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_impossible_logprobs_fail_naming_the_probe_and_the_first_bad_value(mutation: str) -> None:
+    mutate, failure = MUTATIONS[mutation]
+    document = logprobs_answer()
+    mutate(document)
+    verdict = judge_response(200, json.dumps(document), FOUR, logprobs_requested=True)
+    assert verdict.failures == [failure]
+    message = failure_message("http://127.0.0.1:30000", "default", [{"name": "2+2", **verdict.to_dict()}])
+    assert message.endswith(f"1 of 1 probes failed: probe '2+2': {failure}")
+
+
+def test_several_bad_values_are_counted_and_the_first_is_named() -> None:
+    document = logprobs_answer()
+    for index, value in ((3, 0.25), (6, 0.5), (7, float("nan"))):
+        entries(document)[index]["logprob"] = value
+    assert check_logprobs(document["choices"][0], requested=True, completion_tokens=10) == [
+        "1 of 20 logprobs are non-finite (NaN or Inf); the first is nan at token 8 ('</think>')",
+        "2 of 20 logprobs are above 0, which no log-probability can be; the first is 0.25 at token 4 ('2')",
+    ]
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.2e-7, LOGPROB_CEILING, -3.4028234663852886e38])
+def test_float32_rounding_and_sglangs_clamp_are_not_impossible(value: float) -> None:
+    """log(softmax) in float32 can land an ulp above 0; sglang clamps log(0) to float32's lowest value."""
+    document = logprobs_answer()
+    entries(document)[0]["logprob"] = value
+    assert check_logprobs(document["choices"][0], requested=True, completion_tokens=10) == []
+
+
+def test_the_count_is_judged_only_when_logprobs_were_requested() -> None:
+    document = logprobs_answer()
+    _drop(slice(0, 3))(document)
+    assert check_logprobs(document["choices"][0], requested=False, completion_tokens=10) == []
+    assert check_logprobs(document["choices"][0], requested=True, completion_tokens=None) == []
+    _set_logprob(0, 0.5)(document)  # impossible values fail whether or not they were asked for
+    assert check_logprobs(document["choices"][0], requested=False, completion_tokens=10) == [
+        "1 of 6 logprobs are above 0, which no log-probability can be; "
+        "the first is 0.5 at token 1 ('<think>')"
+    ]
 
 
 # --- Python answers
@@ -568,6 +717,25 @@ def test_describe_exception(exc: BaseException, words: str, retryable: bool) -> 
     assert can_retry is retryable
 
 
+def test_is_timeout() -> None:
+    assert is_timeout(TimeoutError("timed out"))
+    assert is_timeout(urllib.error.URLError(TimeoutError("timed out")))
+    assert not is_timeout(urllib.error.URLError(ConnectionRefusedError(111, "refused")))
+    assert not is_timeout(ValueError("x"))
+
+
+def test_deadline_problem_says_how_far_the_answer_got_and_after_how_long() -> None:
+    assert deadline_problem(2, 2.0312, 200, 37) == (
+        "no complete answer within the 2 s deadline: HTTP 200, then 37 bytes of the body received "
+        "after 2.0 s (a stalled or trickling server)"
+    )
+    assert deadline_problem(300, 300.004, None, 0) == (
+        "no complete answer within the 300 s deadline: 0 bytes received after 300.0 s, not even the status "
+        "line and headers (a stalled or trickling server)"
+    )
+    assert "then 1 byte of the body" in deadline_problem(1.5, 1.5, 503, 1)
+
+
 def test_only_503_is_a_retryable_status() -> None:
     assert is_retryable_status(503)
     assert not any(is_retryable_status(status) for status in (200, 400, 404, 500, 502, 504))
@@ -576,7 +744,7 @@ def test_only_503_is_a_retryable_status() -> None:
 def test_first_model_id() -> None:
     capture = load("healthy_v1_models")
     assert first_model_id(capture.status, capture.body) == ("/srv/models/tiny-chat-gpt2", None)
-    assert first_model_id(401, b"")[1] == "GET /v1/models answered HTTP 401; set the 'model' option"
+    assert first_model_id(404, b"")[1] == "GET /v1/models answered HTTP 404; set the 'model' option"
     assert "did not list any model" in str(first_model_id(200, b'{"data": []}')[1])
     assert "did not list any model" in str(first_model_id(200, b"nope")[1])
     assert "has no id" in str(first_model_id(200, b'{"data": [{"id": 3}]}')[1])

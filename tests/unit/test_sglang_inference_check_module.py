@@ -7,6 +7,7 @@ Only loopback addresses are used.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,15 @@ from typing import Any
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from chat_server import HELLO, JsonHandler, free_port, prime_with_logprobs, serving
+from chat_server import (
+    HELLO,
+    TRICKLE_BODY,
+    TRICKLE_HEADERS,
+    JsonHandler,
+    free_port,
+    prime_with_logprobs,
+    serving,
+)
 from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from project_modules import load_module
 from sglang_captures import load, server_log
@@ -32,12 +41,14 @@ MODULE = load_module("sglang_inference_check")
 
 @dataclass
 class Reply:
-    """One canned answer: a status and body, a pause first, or a dropped connection (no answer at all)."""
+    """One canned answer: a status and body, a pause first, a dropped connection (no answer at all), or a
+    trickle (raw HTTP sent at once, then a byte at a time, never finished: :meth:`JsonHandler.trickle`)."""
 
     status: int = 200
     body: bytes = b""
     delay: float = 0.0
     drop: bool = False
+    trickle: bytes | None = None
 
     @classmethod
     def capture(cls, name: str) -> Reply:
@@ -78,6 +89,9 @@ def _handler(fake: FakeSglang) -> type[JsonHandler]:
         def answer(self, method: str, headers: dict[str, str], body: Any) -> None:
             reply = fake.next_reply(method, self.path, headers, body)
             time.sleep(reply.delay)
+            if reply.trickle is not None:
+                self.trickle(reply.trickle)
+                return
             if reply.drop:
                 self.close_connection = True
                 return
@@ -255,7 +269,135 @@ def test_timeout_is_not_retried(server: FakeSglang, capsys: pytest.CaptureFixtur
     result = run(args, capsys)
     assert result["rc"] == 1
     assert server.count("POST", CHAT) == 1
-    assert "no answer before the timeout" in result["msg"]
+    assert (
+        "probe '2+2': no complete answer within the 1 s deadline: 0 bytes received after 1." in result["msg"]
+    )
+
+
+# --- The deadline: a server that trickles bytes forever cannot hold the task
+
+DEADLINE = 2  # seconds; the trickling server sends a byte every 0.1 s, far inside any socket timeout
+SLOW = {"name": "slow", "prompt": "What is 2+2? Answer briefly.", "expect": r"^\s*4\.?\s*$"}
+
+
+def test_a_trickled_body_is_stopped_at_the_deadline_and_the_next_probe_runs(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("POST", CHAT, Reply(trickle=TRICKLE_BODY), Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "model": "default", "probes": [SLOW, *two_plus_two()], "logprobs": False}
+    started = time.monotonic()
+    result = run({**args, "timeout": DEADLINE, "retry_delay": 0}, capsys)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < DEADLINE + 4, elapsed  # the trickle alone would run for TRICKLE_LIMIT (30 s)
+    assert result["rc"] == 1
+    found = re.search(
+        r"probe 'slow': no complete answer within the 2 s deadline: HTTP 200, then (\d+) bytes of the body "
+        r"received after (\d+\.\d) s \(a stalled or trickling server\)",
+        result["msg"],
+    )
+    assert found, result["msg"]
+    assert int(found.group(1)) >= 8  # the 8 bytes sent at once, and what trickled after them
+    assert DEADLINE <= float(found.group(2)) < DEADLINE + 1
+    assert [(p["name"], p["passed"], p["attempts"]) for p in result["probes"]] == [
+        ("slow", False, 1),
+        ("2+2", True, 1),
+    ]
+    assert server.count("POST", CHAT) == 2  # a missed deadline is not retried
+
+
+def test_headers_that_never_end_are_stopped_at_the_deadline(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("POST", CHAT, Reply(trickle=TRICKLE_HEADERS))
+    args = {"url": server.url, "model": "default", "probes": [SLOW], "timeout": DEADLINE, "retry_delay": 0}
+    started = time.monotonic()
+    result = run(args, capsys)
+    assert time.monotonic() - started < DEADLINE + 4
+    assert result["rc"] == 1
+    assert (
+        "probe 'slow': no complete answer within the 2 s deadline: 0 bytes received after 2." in result["msg"]
+    )
+    assert "not even the status line and headers (a stalled or trickling server)" in result["msg"]
+
+
+def test_a_trickled_model_listing_is_stopped_at_the_deadline(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("GET", MODELS, Reply(trickle=TRICKLE_BODY))
+    started = time.monotonic()
+    result = run({"url": server.url, "timeout": DEADLINE, "retry_delay": 0}, capsys)
+    assert time.monotonic() - started < DEADLINE + 4
+    assert result["rc"] == 1
+    assert result["msg"].startswith(
+        f"cannot list the models at {server.url}/v1/models: no complete answer within the 2 s deadline: "
+        "HTTP 200, then "
+    )
+    assert server.count("POST", CHAT) == 0
+
+
+# --- A refused key is a key problem
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_key_is_reported_as_a_key_problem_without_the_key(
+    status: int, server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    echo = json.dumps({"object": "error", "message": f"Invalid API key {API_KEY}"}).encode()
+    server.script("POST", CHAT, Reply(status, echo))
+    args = {"url": server.url, "api_key": API_KEY, "model": "default", "probes": two_plus_two()}
+    result = run({**args, "retry_delay": 0}, capsys)
+    assert result["rc"] == 1
+    assert result["probes"][0]["failures"] == [
+        f"the server refused the API key (HTTP {status}): "
+        "check sglang_server_api_key / the key the check sends"
+    ]
+    assert result["msg"].endswith(f"probe '2+2': {result['probes'][0]['failures'][0]}")
+    assert server.count("POST", CHAT) == 1  # never retried
+    assert API_KEY not in json.dumps(result) and "Invalid API key" not in json.dumps(result)
+
+
+def test_a_refused_key_while_listing_the_models_is_a_key_problem(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("GET", MODELS, Reply(401, b'{"object": "error", "message": "Missing API key"}'))
+    result = run({"url": server.url, "retry_delay": 0}, capsys)
+    assert result["rc"] == 1
+    assert result["msg"] == (
+        f"{server.url}: GET /v1/models: the server refused the API key (HTTP 401): "
+        "check sglang_server_api_key / the key the check sends"
+    )
+
+
+# --- Logprobs that cannot be
+
+
+def test_a_positive_logprob_fails_naming_the_probe_and_the_value(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(load("healthy_chat_2plus2_logprobs").body)
+    document["choices"][0]["logprobs"]["content"][1]["logprob"] = 0.5
+    server.script("POST", CHAT, Reply(200, json.dumps(document).encode()))
+    result = run({"url": server.url, "model": "default", "probes": two_plus_two()}, capsys)
+    assert result["rc"] == 1
+    assert result["msg"].endswith(
+        "probe '2+2': 1 of 20 logprobs are above 0, which no log-probability can be; "
+        "the first is 0.5 at token 2 ('2')"
+    )
+
+
+def test_logprobs_that_miss_generated_tokens_fail(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(load("healthy_chat_2plus2_logprobs").body)
+    document["choices"][0]["logprobs"]["content"] = []
+    server.script("POST", CHAT, Reply(200, json.dumps(document).encode()))
+    result = run({"url": server.url, "model": "default", "probes": two_plus_two()}, capsys)
+    assert result["rc"] == 1
+    assert (
+        "probe '2+2': logprobs cover 0 tokens but the answer has 10 (usage.completion_tokens)"
+        in result["msg"]
+    )
 
 
 # --- Retries: only a refused connection or a 503

@@ -82,6 +82,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 }
 
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection (capped by the request timeout)
+READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
 ROUTER_TIMEOUT = 30.0  # seconds for a router admin call (capped by the request timeout)
 ERROR_BODY_CHARS = 200  # characters of a router error body quoted in a journal line
 STATE_VERSION = 1
@@ -258,8 +259,10 @@ class Exchange:
 
     status: int | None = None
     body: bytes = b""
+    received: int = 0
     error: str | None = None
     retryable: bool = False
+    timed_out: bool = False
     attempts: int = 0
     latency_s: float = 0.0
 
@@ -294,18 +297,41 @@ def describe_transport_error(exc: BaseException) -> tuple[str, bool]:
     return guard_policy.clip(description, 300), retryable
 
 
-def send_once(
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether a request error is a timeout, however requests and urllib3 wrap it."""
+    return isinstance(exc, requests.Timeout) or any(
+        inference_judge.is_timeout(cause) for cause in _causes(exc)
+    )
+
+
+def _read_body(raw: Any, result: Exchange, stop: threading.Event) -> None:
+    """Read the body in chunks (up to ``inference_judge.MAX_BODY_BYTES`` + 1), counting the bytes as they
+    arrive, until its end or until ``stop`` is set (the module's reading)."""
+    read1 = getattr(raw, "read1", None)
+    chunks = []
+    while result.received <= inference_judge.MAX_BODY_BYTES and not stop.is_set():
+        if read1 is not None:
+            chunk = read1(READ_CHUNK, decode_content=True)
+        else:
+            chunk = raw.read(READ_CHUNK, decode_content=True)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        result.received += len(chunk)
+    result.body = b"".join(chunks)
+
+
+def _exchange(
     method: str,
     url: str,
     headers: Mapping[str, str],
-    payload: Any = None,
-    *,
+    data: bytes | None,
     timeout: float,
-    verify: bool | str = True,
-) -> Exchange:
-    """One request, no redirects, the body read up to ``inference_judge.MAX_BODY_BYTES`` + 1 bytes."""
-    result = Exchange()
-    data = json.dumps(payload).encode("utf-8") if payload is not None else None
+    verify: bool | str,
+    result: Exchange,
+    stop: threading.Event,
+) -> None:
+    """One request into ``result``. Runs in a worker thread; :func:`send_once` watches the clock."""
     try:
         with (
             requests.Session() as session,
@@ -321,11 +347,49 @@ def send_once(
             ) as response,
         ):
             result.status = int(response.status_code)
-            result.body = response.raw.read(inference_judge.MAX_BODY_BYTES + 1, decode_content=True) or b""
+            _read_body(response.raw, result, stop)
         result.retryable = inference_judge.is_retryable_status(result.status)
     except Exception as exc:  # every transport problem becomes a reason, never a traceback
-        result.status, result.body = None, b""
+        result.timed_out = _is_timeout(exc)
+        result.body = b""
         result.error, result.retryable = describe_transport_error(exc)
+
+
+def send_once(
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    payload: Any = None,
+    *,
+    timeout: float,
+    verify: bool | str = True,
+) -> Exchange:
+    """One request, no redirects, the body read up to ``inference_judge.MAX_BODY_BYTES`` + 1 bytes, within a
+    total deadline of ``timeout`` seconds from sending it to the body's last byte (as the module does).
+
+    The request runs in a daemon thread; this one waits for it at most ``timeout`` seconds, so a replica that
+    trickles bytes (which never trips a socket timeout) cannot hold the cycle. At the deadline the worker is
+    told to stop and left behind; it ends at its next read.
+    """
+    result = Exchange()
+    stop = threading.Event()
+    data = json.dumps(payload).encode("utf-8") if payload is not None else None
+    worker = threading.Thread(
+        target=_exchange,
+        args=(method, url, headers, data, timeout, verify, result, stop),
+        name="guard-request",
+        daemon=True,
+    )
+    started = time.monotonic()
+    worker.start()
+    worker.join(max(timeout, 0))
+    if worker.is_alive() or result.timed_out:
+        stop.set()
+        elapsed = time.monotonic() - started
+        problem = inference_judge.deadline_problem(timeout, elapsed, result.status, result.received)
+        return Exchange(error=problem)
+    if result.error is not None:
+        result.status = None
     return result
 
 
