@@ -9,6 +9,7 @@ the plots draw. The plotting itself (matplotlib) is ``plot_report``, the only fu
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,47 @@ REQUIRED = ("max_concurrency", "completed", "request_throughput", "output_throug
 # enabled" (seen in the lab). The real-parser tests check the flags and this backend against each lane's
 # wheel.
 BACKEND = "sglang"
+
+
+# What a saved record must not hold. sglang's benchmark stores the server's /server_info in every record, and
+# it carries the server's launch settings: api_key, admin_api_key, and any token or password it was given.
+HIDDEN = "<hidden>"
+_SECRET_NAMES = frozenset({"token", "password", "secret", "passwd"})
+_SECRET_SUFFIXES = ("api_key", "_token", "_password", "_secret")
+# The value of a secret flag in a command line: sglang's /server_info also carries its launch_command, rebuilt
+# from the settings, so a key given in a --config file is back in clear text there.
+_SECRET_FLAG = re.compile(r"(--[A-Za-z0-9-]*(?:api-key|token|password|secret)(?:=|\s+))(?!-)\S+")
+
+
+def is_secret_name(name: object) -> bool:
+    """Whether a record's key names a secret (api_key, admin_api_key, hf_token, ...); counts of tokens
+    (total_input_tokens) are not."""
+    lowered = str(name).lower()
+    return lowered in _SECRET_NAMES or lowered.endswith(_SECRET_SUFFIXES)
+
+
+def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of ``value`` (a record, or any JSON value) with the secrets hidden: the value of every key that
+    names a secret (:func:`is_secret_name`; empty values are left as they are), every occurrence of one of
+    ``secrets`` in any string, and the value of a secret flag (``--api-key x``) in a command line such as the
+    ``launch_command`` that /server_info carries."""
+    known = sorted({str(s) for s in secrets if s}, key=len, reverse=True)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            return {
+                key: HIDDEN if is_secret_name(key) and item[key] not in (None, "") else walk(item[key])
+                for key in item
+            }
+        if isinstance(item, list):
+            return [walk(element) for element in item]
+        if isinstance(item, str):
+            for secret in known:
+                item = item.replace(secret, HIDDEN)
+            item = _SECRET_FLAG.sub(rf"\g<1>{HIDDEN}", item)
+        return item
+
+    return walk(value)
 
 
 class BenchReportError(ValueError):

@@ -42,7 +42,7 @@ import socket
 import ssl
 import urllib.error
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,7 @@ RESERVED_BODY_KEYS = {
 # --- Thresholds
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a chat answer with logprobs for 4096 tokens is about 1 MB
+READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
 CONTENT_KEEP = 2000  # characters of content returned per probe
 REASONING_KEEP = 400  # characters of reasoning_content returned per probe (head and tail)
 SAMPLE_CHARS = 16  # characters of a degenerate run quoted in a failure
@@ -747,6 +748,24 @@ def judge_transport_error(message: str) -> Verdict:
 
 
 # --- Transport decisions (pure: they only look at exception objects)
+
+
+def read_answer(
+    read: Callable[[int], bytes], stopped: Callable[[], bool], count: Callable[[int], None]
+) -> bytes:
+    """An answer's body, read in chunks of ``READ_CHUNK`` up to ``MAX_BODY_BYTES`` + 1 bytes, until its end or
+    until ``stopped()`` (the caller's deadline). ``count`` is told each chunk's size as it arrives, so that a
+    caller that gives up at the deadline can say how much came. Shared by the module and the guard."""
+    chunks = []
+    received = 0
+    while received <= MAX_BODY_BYTES and not stopped():
+        chunk = read(READ_CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        received += len(chunk)
+        count(len(chunk))
+    return b"".join(chunks)
 
 
 def describe_exception(exc: BaseException) -> tuple[str, bool]:

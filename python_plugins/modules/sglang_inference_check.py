@@ -280,7 +280,6 @@ from ansible.module_utils.inference_judge import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TIMEOUT,
     FINISH_REASONS,
-    MAX_BODY_BYTES,
     ProbeError,
     build_request,
     check_unit_name,
@@ -296,6 +295,7 @@ from ansible.module_utils.inference_judge import (
     judge_transport_error,
     normalize_probes,
     parse_systemctl_show,
+    read_answer,
     scan_journal,
 )
 from ansible.module_utils.urls import open_url
@@ -331,9 +331,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
-READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
-
-
 class Exchange:
     """The outcome of one request, after retries: a status and body, or a transport error."""
 
@@ -349,17 +346,12 @@ class Exchange:
 
 
 def _read_body(stream: Any, result: Exchange, stop: threading.Event) -> None:
-    """Read the body in chunks (up to MAX_BODY_BYTES + 1), counting the bytes as they arrive, until its end or
-    until ``stop`` is set."""
-    read = getattr(stream, "read1", None) or stream.read
-    chunks = []
-    while result.received <= MAX_BODY_BYTES and not stop.is_set():
-        chunk = read(READ_CHUNK)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        result.received += len(chunk)
-    result.body = b"".join(chunks)
+    """Read the body into ``result``, counting the bytes as they arrive, until its end or until ``stop``."""
+
+    def count(size: int) -> None:
+        result.received += size
+
+    result.body = read_answer(getattr(stream, "read1", None) or stream.read, stop.is_set, count)
 
 
 def _exchange(

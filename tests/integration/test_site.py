@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import LAB_NODES, Run
+from conftest import LAB_NODES, Run, leaks
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
@@ -117,12 +117,19 @@ def test_the_router_answers_and_routes_to_every_replica(converged, adhoc) -> Non
 
 
 def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run_playbook, tmp_path) -> None:
-    """playbooks/bench.yml: sglang's own serving benchmark through the router, a node's client, a report."""
+    """playbooks/bench.yml: sglang's own serving benchmark through the router, a node's client, a report. Run
+    at -vvv: no key in its output (the benchmark reads its key from a root-only file, not from a command
+    line's environment) nor in anything it keeps."""
     run = run_playbook(
         "playbooks/bench.yml",
         extravars={"sglang_bench_report_root": str(tmp_path), "sglang_bench_concurrency": [1, 2]},
+        verbosity=3,
     )
     assert run.status == "successful", run.stats
+    assert "OPENAI_API_KEY" in run.stdout  # the -vvv output shows the command that sets it
+    assert leaks(run.stdout) == []
+    kept = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".png"]
+    assert kept and all(leaks(p.read_text(errors="replace")) == [] for p in kept), kept
     (report_dir,) = tmp_path.iterdir()
     assert sorted(p.name for p in report_dir.glob("*.png")) == ["latency.png", "throughput.png"]
     for png in report_dir.glob("*.png"):

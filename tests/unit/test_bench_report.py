@@ -14,6 +14,7 @@ from ansible.module_utils.bench_report import (
     parse_records,
     plot_report,
     report_markdown,
+    scrub,
     series,
 )
 from ansible.module_utils.sglang_flags import SglangFlagError, bench_module, load_lanes
@@ -141,3 +142,70 @@ def test_bench_target_prefers_the_given_url_then_the_router_then_the_node() -> N
     assert bench_target("http://gpu-node-2:30000/", "lab-gateway", 30000, local) == "http://gpu-node-2:30000"
     assert bench_target("", "lab-gateway", "30001", local) == "http://lab-gateway:30001"
     assert bench_target("", "", 30000, local) == local
+
+
+SERVER_INFO = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-bench" / "server-info-node.json"
+SERVER_KEY = "an-example-server-key-long-enough"  # what the fixture's api_key was replaced with
+
+
+def test_a_record_keeps_no_key_from_the_servers_own_server_info() -> None:
+    """A real /server_info of a lab node (sglang 0.5.23, what the benchmark stores in each record when it
+    measures a node directly, as tune.yml does): the api_key goes, the settings a report reads stay."""
+    info = json.loads(SERVER_INFO.read_text(encoding="utf-8"))
+    assert info["api_key"] == SERVER_KEY  # the fixture holds the key where sglang puts it
+    clean = scrub(record(1, server_info=info))
+    assert SERVER_KEY not in json.dumps(clean)
+    assert clean["server_info"]["api_key"] == "<hidden>"
+    kept = clean["server_info"]
+    assert (kept["tokenizer_path"], kept["max_total_tokens"], kept["version"]) == (
+        info["tokenizer_path"],
+        info["max_total_tokens"],
+        info["version"],
+    )
+    assert kept["admin_api_key"] is None and kept["ssl_keyfile_password"] is None  # nothing to hide
+    assert clean["completed"] == 4  # the measurements are untouched
+    # sglang rebuilds a launch command from the settings: the key is in it, --config or not.
+    assert "--api-key an-example" in info["launch_command"]
+    assert "--api-key <hidden> --attention-backend" in kept["launch_command"]
+
+
+def test_a_known_secret_is_hidden_wherever_it_appears() -> None:
+    """A key quoted in a launch command, a list, or under a name that does not say it is a key."""
+    quoted = record(
+        2, server_info={"argv": ["--api-key", "s3cr3t-value-xyz"], "cmd": "x --api-key s3cr3t-value-xyz"}
+    )
+    clean = scrub(quoted, ["s3cr3t-value-xyz", ""])
+    assert "s3cr3t-value-xyz" not in json.dumps(clean)
+    assert clean["server_info"]["cmd"] == "x --api-key <hidden>"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("api_key", True),
+        ("admin_api_key", True),
+        ("hf_token", True),
+        ("ssl_keyfile_password", True),
+        ("token", True),
+        ("total_input_tokens", False),
+        ("max_total_tokens", False),
+        ("tokenizer_path", False),
+        ("completed", False),
+    ],
+)
+def test_which_names_are_secrets(name: str, secret: bool) -> None:
+    assert (scrub({name: "v"})[name] == "<hidden>") is secret
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("sglang serve --api-key k1 --port 1", "sglang serve --api-key <hidden> --port 1"),
+        ("x --admin-api-key=k2", "x --admin-api-key=<hidden>"),
+        ("x --hf-token k3", "x --hf-token <hidden>"),
+        ("x --api-key --port 1", "x --api-key --port 1"),  # no value given: nothing to hide
+        ("x --max-total-tokens 2048", "x --max-total-tokens 2048"),
+    ],
+)
+def test_secret_flags_in_a_command_line_are_hidden(line: str, shown: str) -> None:
+    assert scrub({"launch_command": line})["launch_command"] == shown

@@ -82,7 +82,6 @@ CONFIG_DEFAULTS: dict[str, Any] = {
 }
 
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection (capped by the request timeout)
-READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
 ROUTER_TIMEOUT = 30.0  # seconds for a router admin call (capped by the request timeout)
 ERROR_BODY_CHARS = 200  # characters of a router error body quoted in a journal line
 STATE_VERSION = 1
@@ -305,20 +304,16 @@ def _is_timeout(exc: BaseException) -> bool:
 
 
 def _read_body(raw: Any, result: Exchange, stop: threading.Event) -> None:
-    """Read the body in chunks (up to ``inference_judge.MAX_BODY_BYTES`` + 1), counting the bytes as they
-    arrive, until its end or until ``stop`` is set (the module's reading)."""
-    read1 = getattr(raw, "read1", None)
-    chunks = []
-    while result.received <= inference_judge.MAX_BODY_BYTES and not stop.is_set():
-        if read1 is not None:
-            chunk = read1(READ_CHUNK, decode_content=True)
-        else:
-            chunk = raw.read(READ_CHUNK, decode_content=True)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        result.received += len(chunk)
-    result.body = b"".join(chunks)
+    """Read the body into ``result``, counting the bytes as they arrive, until its end or until ``stop``
+    (the module's reading: ``inference_judge.read_answer``)."""
+    read1 = getattr(raw, "read1", None) or raw.read
+
+    def count(size: int) -> None:
+        result.received += size
+
+    result.body = inference_judge.read_answer(
+        lambda size: read1(size, decode_content=True), stop.is_set, count
+    )
 
 
 def _exchange(
