@@ -156,6 +156,9 @@ def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, st
     adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
     restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
     assert restored.status == "successful", restored.stats
+    # serve.yml alone writes the unit site.yml writes (same release, same environment): a drift here made the
+    # next site.yml restart the victim.
+    assert node_state(adhoc)[VICTIM][:2] == before[VICTIM][:2], "serve.yml did not restore site.yml's unit"
 
 
 def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
