@@ -32,6 +32,7 @@ from ansible.module_utils.fleet_inputs import (  # noqa: E402
     bind_problems,
     checkpoint_problems,
     gpu_problems,
+    lost_gpu_problems,
     low_port_problems,
     os_problems,
     port_problems,
@@ -62,6 +63,14 @@ def sglang_checkpoint_problems(repo: Any, revision: Any, source_path: Any = "") 
 
 def sglang_gpu_problems(gpu_count: Any, tp_size: Any, host: str, var: str) -> list[str]:
     return gpu_problems(int(gpu_count), int(tp_size), host=str(host), var=str(var))
+
+
+def sglang_lost_gpu_problems(
+    now: Mapping[str, Any], recorded: Any, host: str, tp_size: Any = None
+) -> list[str]:
+    known = recorded if isinstance(recorded, Mapping) else None
+    tp = None if tp_size in (None, "") else int(tp_size)
+    return lost_gpu_problems(now, known, host=str(host), tp_size=tp)
 
 
 def sglang_os_problems(distribution: str, version: Any, supported: Iterable[str], host: str) -> list[str]:
@@ -115,6 +124,7 @@ class FilterModule:
             "sglang_port_problems": sglang_port_problems,
             "sglang_bind_problems": sglang_bind_problems,
             "sglang_gpu_problems": sglang_gpu_problems,
+            "sglang_lost_gpu_problems": sglang_lost_gpu_problems,
             "sglang_checkpoint_problems": sglang_checkpoint_problems,
             "sglang_os_problems": sglang_os_problems,
             "sglang_spec_inputs": sglang_spec_inputs,

@@ -110,6 +110,39 @@ def gpu_problems(gpu_count: int, tp_size: int, *, host: str, var: str) -> list[s
     return []
 
 
+def lost_gpu_problems(
+    now: Mapping[str, Any],
+    recorded: Mapping[str, Any] | None,
+    *,
+    host: str,
+    tp_size: int | None = None,
+    tp_var: str = "preflight_tp_size",
+) -> list[str]:
+    """Before a replica leaves the router: the node still has the GPUs it was deployed with (the facts
+    preflight recorded, /etc/ansible/facts.d/glm5_gpu.fact), of the same architecture. ``recorded`` None: no
+    record (preflight_record_facts false, or the file removed): only ``tp_size``, the GPUs the node must
+    have for its share of the replica, is checked."""
+    recorded = recorded or {}
+    kept = "The replica was not taken out of the router and still serves on its current release"
+    missing = "a GPU is missing or fell off the bus (nvidia-smi, dmesg for Xid errors)"
+    problems = []
+    count, had = int(now.get("count") or 0), int(recorded.get("count") or 0)
+    if count < had:
+        problems.append(
+            f"{host} sees {count} GPU(s) where it was deployed with {had}: {missing}. {kept}; fix the node, "
+            "or leave it out of the rollout with --limit"
+        )
+    arch, had_arch = str(now.get("arch") or ""), str(recorded.get("arch") or "")
+    if had_arch and arch != had_arch:
+        problems.append(
+            f"{host} reports GPU architecture {arch or 'none'} where it was deployed on {had_arch}. {kept}; "
+            "run site.yml on it (preflight reads its GPUs again)"
+        )
+    if not problems and tp_size and count < int(tp_size):
+        problems.append(f"{host} sees {count} GPU(s), fewer than {tp_var} ({tp_size}): {missing}. {kept}")
+    return problems
+
+
 def os_problems(distribution: str, version: str, supported: Iterable[str], *, host: str) -> list[str]:
     """The node's OS (distribution + major version, e.g. debian12) must be one the roles support."""
     name = f"{str(distribution).lower()}{str(version).replace('.', '')}"

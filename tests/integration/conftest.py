@@ -60,7 +60,7 @@ class Run:
         }
 
 
-def _runner(
+def run_playbook_in(
     tmp_path: Path,
     playbook: str,
     extravars: dict[str, Any] | None = None,
@@ -116,7 +116,7 @@ def lab_up() -> None:
 def run_playbook(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Callable[..., Run]]:
     """Run a playbook of this repository against the lab inventory and collect its stats and events:
     ``run_playbook(playbook, extravars=None, cmdline="", inventory=None, verbosity=0)``."""
-    yield functools.partial(_runner, tmp_path_factory.mktemp("runner"))
+    yield functools.partial(run_playbook_in, tmp_path_factory.mktemp("runner"))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator
     (inventory / "host_vars").mkdir(exist_ok=True)
     (inventory / "host_vars" / f"{NAN_NODE}.yml").write_text(f"model_checkpoint_repo: {NAN_REPO}\n")
     started = time.time()
-    run = _runner(tmp_path_factory.mktemp("nan-site"), "site.yml", inventory=inventory, verbosity=3)
+    run = run_playbook_in(tmp_path_factory.mktemp("nan-site"), "site.yml", inventory=inventory, verbosity=3)
     yield run, started
     restore_nan_node(tmp_path_factory.mktemp("nan-restore"))
 
@@ -200,5 +200,5 @@ def restore_nan_node(tmp_path: Path) -> None:
     nothing to do when its unit already names the inventory's model."""
     if "tiny-nan" not in lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout:
         return
-    run = _runner(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
+    run = run_playbook_in(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
     assert run.status == "successful", run.stats

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import LAB_NODES, ROOT, Run
+from conftest import LAB_NODES, ROOT, Run, lab, router_workers
 
 VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
@@ -145,6 +145,42 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
     # update's unit is gone. (Compared with the update's unit, not the one before: a lab left by another
     # scenario, e.g. molecule rollback, may not have matched the inventory before this test.)
     assert node_state(adhoc)["gpu-node-1"][1] != after["gpu-node-1"][1]
+
+
+GPU_FIXTURE = "/etc/glm5-lab/gpu-fixture.json"
+
+
+def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(run_playbook, adhoc) -> None:
+    """Every lab node's nvidia-smi now lists 7 of the 8 GPUs preflight recorded (the last one gone from its
+    list and its topology): a rolling update with a real change refuses the first replica before it leaves
+    the router. Every node keeps its release, unit and server process, and every replica stays in the
+    router."""
+    before = node_state(adhoc)
+    script = (
+        "import json, sys; d = json.load(open(sys.argv[1])); d['gpus'].pop(); "
+        "links = d['topology']['links']; links.pop(); [row.pop() for row in links]; "
+        "json.dump(d, open(sys.argv[1], 'w'))"
+    )
+    drop_one = f'cp {GPU_FIXTURE} {GPU_FIXTURE}.full && python3 -c "{script}" {GPU_FIXTURE}'
+    update = {"sglang_settings": {"max_running_requests": 3}}
+    try:
+        for host in LAB_NODES:
+            lab(host, drop_one)
+        run = run_playbook("playbooks/rolling_update.yml", extravars=update)
+    finally:
+        for host in LAB_NODES:
+            lab(host, f"test ! -e {GPU_FIXTURE}.full || mv {GPU_FIXTURE}.full {GPU_FIXTURE}")
+    assert run.status == "failed", run.stats
+    refused = run.results("Refuse a node that lost a GPU since it was deployed", "runner_on_failed")
+    assert len(refused) == 1, failure(run, "gpu-node-1") or run.stats
+    ((host, res),) = refused.items()
+    assert "sees 7 GPU(s)" in res["msg"] and "was not taken out of the router" in res["msg"], res["msg"]
+    assert res["msg"].startswith(host), res["msg"]
+    drained = [e for e in run.events if e["event_data"].get("task", "").startswith("Take the replica out")]
+    assert not drained, "a replica was taken out of the router"
+    assert node_state(adhoc) == before
+    workers = router_workers()
+    assert all(workers.get(f"http://{h}:30000", {}).get("is_healthy") for h in LAB_NODES), workers
 
 
 @pytest.fixture(scope="module")

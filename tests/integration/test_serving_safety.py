@@ -4,10 +4,12 @@ the guard (sglang-guard on lab-gateway) keeps judging the answers after the play
 1. site.yml with gpu-node-3 on the NaN-poisoned copy (the shared -vvv run, conftest.nan_site): the play fails
    naming that node, the router does not route to it, the other nodes serve.
 2. With the lab serving the load generator through the router, gpu-node-3 starts answering garbage
-   outside Ansible (its model directory swapped for the NaN copy, the service restarted by hand). The guard
-   takes it out within K intervals, no wrong answer goes through the router from then on, the failed-verdict
-   alert fires in the lab's Prometheus, the node rejoins once fixed, and the router never has fewer than N-1
-   replicas.
+   outside Ansible, without a restart: by hand, its running server loads the NaN copy's weights (sglang's own
+   /update_weights_from_disk), so the process, its port and /health stay up all along, the failure that only
+   the answers show. The guard takes it out within K intervals, no wrong answer goes through the router from
+   then on, the failed-verdict alert fires in the lab's Prometheus, the node rejoins once its healthy weights
+   are back, and the router never has fewer than N-1 replicas. (The restart path, a node that starts on the
+   NaN copy, is site.yml's in test 1.)
 The guard against a rolling update (a held replica is never put back) is proven in molecule/rolling.
 """
 
@@ -156,15 +158,27 @@ def loadgen() -> Callable[[], dict]:
         lab(GUARD, f"touch {LOADGEN_FILES}.stop")
 
 
-def swap_models(poison: bool) -> float:
-    """By hand, outside Ansible: gpu-node-3's model directory becomes the NaN copy (or the healthy one again),
-    and the service is restarted. Returns when the restart was asked."""
-    if poison:
-        move = f"mv {HEALTHY_DIR} {HEALTHY_DIR}.healthy && mv {NAN_DIR} {HEALTHY_DIR}"
-    else:
-        move = f"mv {HEALTHY_DIR} {NAN_DIR} && mv {HEALTHY_DIR}.healthy {HEALTHY_DIR}"
+def swap_weights(poison: bool) -> float:
+    """By hand, outside Ansible: gpu-node-3's running server loads the NaN copy's weights from disk (or the
+    healthy ones again) through sglang's /update_weights_from_disk, with the node's key (on stdin, on no
+    command line). No restart: the server keeps its port and /health. Returns when the swap was asked."""
+    script = (
+        "import json, sys, urllib.request;"
+        f"r = urllib.request.Request('{url(NAN_NODE)}/update_weights_from_disk',"
+        " data=json.dumps({'model_path': sys.argv[1]}).encode(),"
+        " headers={'Authorization': 'Bearer ' + sys.stdin.read().strip(),"
+        " 'Content-Type': 'application/json'});"
+        "print(urllib.request.urlopen(r, timeout=300).read().decode())"
+    )
     at = time.time()
-    lab(NAN_NODE, f"{move} && systemctl restart sglang")
+    weights = NAN_DIR if poison else HEALTHY_DIR
+    shown = subprocess.run(
+        ["podman", "exec", "-i", f"glm5-lab-{NAN_NODE}", "python3", "-c", script, weights],
+        input=SECRETS["sglang_server_api_key"],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["success"], (shown.stdout, shown.stderr[-2000:])
     return at
 
 
@@ -175,8 +189,9 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
     interval = guard_interval()
     victim = url(NAN_NODE)
     cpu_before = guard_cpu_seconds()
+    server_pid = lab(NAN_NODE, "systemctl show sglang -p MainPID --value").stdout.strip()
     test_started = time.time()
-    poisoned = swap_models(poison=True)
+    poisoned = swap_weights(poison=True)
     try:
         wait_for(
             "the guard to take the node out", lambda: victim not in router_workers(), 10 * interval + 120
@@ -216,7 +231,7 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
         )
         assert victim not in router_workers()
     finally:
-        fixed = swap_models(poison=False)
+        fixed = swap_weights(poison=False)
     wait_for(
         "the node back in the router, healthy",
         lambda: router_workers().get(victim, {}).get("is_healthy"),
@@ -226,6 +241,8 @@ def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, 
     back = guard_journal(fixed - 1)
     ins = [t for t, line in back if f"transition replica={victim} in " in line]
     assert ins, back[-20:]
+    # The same server process all along: only its answers told the guard.
+    assert lab(NAN_NODE, "systemctl show sglang -p MainPID --value").stdout.strip() == server_pid
     report = loadgen()
 
     assert report["requests"] > 0, report

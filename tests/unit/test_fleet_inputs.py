@@ -8,6 +8,7 @@ from ansible.module_utils.fleet_inputs import (
     connect_host,
     gpu_problems,
     is_loopback,
+    lost_gpu_problems,
     os_problems,
     port_problems,
     secret_problems,
@@ -94,6 +95,40 @@ def test_gpu_problems(gpus: int, tp: int, words: str) -> None:
 @pytest.mark.parametrize(("gpus", "tp"), [(8, 8), (8, 4), (8, 1), (4, 2), (1, 1)])
 def test_divisors_fit(gpus: int, tp: int) -> None:
     assert gpu_problems(gpus, tp, host="h", var="v") == []
+
+
+SM120_8 = {"count": 8, "arch": "sm120"}
+
+
+@pytest.mark.parametrize(
+    ("now", "words"),
+    [
+        ({"count": 7, "arch": "sm120"}, "sees 7 GPU(s) where it was deployed with 8"),
+        ({"count": 0, "arch": ""}, "sees 0 GPU(s)"),
+        ({"count": 8, "arch": "sm100"}, "architecture sm100 where it was deployed on sm120"),
+    ],
+)
+def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(now: dict, words: str) -> None:
+    problems = lost_gpu_problems(now, SM120_8, host="gpu-node-1")
+    assert problems and words in problems[0] and "gpu-node-1" in problems[0]
+    assert "was not taken out of the router" in " ".join(problems)
+
+
+@pytest.mark.parametrize("recorded", [None, {}])
+def test_no_record_nothing_to_compare(recorded: dict | None) -> None:
+    assert lost_gpu_problems({"count": 1, "arch": "sm120"}, recorded, host="h") == []
+
+
+@pytest.mark.parametrize("recorded", [None, SM120_8])
+def test_fewer_gpus_than_the_tp_share_are_refused_with_or_without_a_record(recorded: dict | None) -> None:
+    (problem,) = lost_gpu_problems({"count": 7, "arch": "sm120"}, recorded, host="h", tp_size=8)
+    assert "sees 7 GPU(s)" in problem and "not taken out of the router" in problem
+    assert lost_gpu_problems({"count": 8, "arch": "sm120"}, None, host="h", tp_size=8) == []
+
+
+@pytest.mark.parametrize("now", [SM120_8, {"count": 16, "arch": "sm120"}])
+def test_the_same_or_more_gpus_pass(now: dict) -> None:
+    assert lost_gpu_problems(now, SM120_8, host="h") == []
 
 
 def test_os_support() -> None:
