@@ -93,7 +93,18 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
         playbook=str(ROOT / "playbooks" / "rolling_update.yml"),
         inventory=str(ROOT / "inventory" / "lab"),
         extravars=update,
-        envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        envvars={
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # Only waits for the failure: the frozen node is unreachable after 10 s of keepalives instead of
+            # ansible.cfg's 60 s, and its reconnects are not retried 3 times. Its own control sockets, so
+            # that the masters other runs opened with ansible.cfg's keepalives are not reused.
+            "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 "
+            "-o ServerAliveCountMax=2",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(private / "cp"),
+            "ANSIBLE_SSH_RETRIES": "0",
+            "ANSIBLE_TIMEOUT": "10",
+        },
         quiet=True,
     )
     paused = False
