@@ -1,0 +1,162 @@
+#!/usr/bin/python
+"""Ansible module: wait a bounded window for a starting service's health endpoint, watching systemd too."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_health_wait
+short_description: Wait up to a window for a health URL to answer 200, and stop early on a crash loop
+description:
+  - Polls I(url) every I(interval) seconds on the node itself, for at most I(window) seconds, and reads the
+    unit's state from systemd at each poll. Returns as soon as the URL answers 200 (C(verdict=healthy)) or
+    systemd shows a crash loop (C(verdict=crash-loop)); else C(verdict=waiting) when the window ends.
+  - Meant for C(until) retries, one window per retry, so that the retry lines are the progress of a long start
+    and a crash loop ends the wait at once instead of at the timeout.
+  - It never fails on the verdict (the caller decides); it fails only on bad options.
+  - Read-only. It runs in check mode too.
+  - The verdict and the symptom come from the C(service_start) module_utils.
+author:
+  - glm5-deploy
+options:
+  url:
+    description: The health URL, for example C(http://127.0.0.1:30000/health_generate).
+    type: str
+    required: true
+  unit:
+    description: The systemd unit that serves I(url).
+    type: str
+    default: sglang
+  window:
+    description: Seconds to wait in this call before returning C(verdict=waiting).
+    type: float
+    default: 10
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 1
+  request_timeout:
+    description: Seconds one request to I(url) may take.
+    type: float
+    default: 30
+  restarts_before:
+    description: The unit's C(NRestarts) before this run (re)started it; restarts beyond it count.
+    type: int
+    default: 0
+  crash_restarts:
+    description: Automatic restarts since this run started the unit that make a crash loop (0 never).
+    type: int
+    default: 2
+"""
+
+EXAMPLES = r"""
+- name: Wait until /health_generate answers 200 (a retry line every 10 s is the progress)
+  sglang_health_wait:
+    url: http://127.0.0.1:30000/health_generate
+    restarts_before: 0
+  register: health
+  until: health.verdict != 'waiting'
+  retries: 90
+  delay: 1
+  failed_when: health.verdict != 'healthy'
+"""
+
+RETURN = r"""
+verdict:
+  description: C(healthy), C(crash-loop) or C(waiting).
+  type: str
+  returned: always
+status:
+  description: The last HTTP status of I(url) (C(null) when it did not answer).
+  type: int
+  returned: always
+error:
+  description: Why the last request got no HTTP status (connection refused, timeout), else empty.
+  type: str
+  returned: always
+unit_state:
+  description: The unit's ActiveState, SubState, NRestarts and Result at the last poll.
+  type: dict
+  returned: always
+restarts:
+  description: Automatic restarts since this run started the unit.
+  type: int
+  returned: always
+symptom:
+  description: What the unit's state says of a start that is not healthy (empty when healthy).
+  type: str
+  returned: always
+elapsed:
+  description: Seconds this call waited.
+  type: float
+  returned: always
+"""
+
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.service_start import (
+    HEALTHY,
+    SHOW_PROPERTIES,
+    WAITING,
+    parse_show,
+    restarts_since,
+    start_verdict,
+    symptom,
+)
+
+
+def _status(url: str, timeout: float) -> tuple[int | None, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError) as exc:
+        return None, str(getattr(exc, "reason", exc))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "unit": {"type": "str", "default": "sglang"},
+            "window": {"type": "float", "default": 10},
+            "interval": {"type": "float", "default": 1},
+            "request_timeout": {"type": "float", "default": 30},
+            "restarts_before": {"type": "int", "default": 0},
+            "crash_restarts": {"type": "int", "default": 2},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    systemctl = module.get_bin_path("systemctl", required=True)
+    show = [systemctl, "show", params["unit"], "-p", ",".join(SHOW_PROPERTIES)]
+    started = time.monotonic()
+    while True:
+        status, error = _status(params["url"], params["request_timeout"])
+        rc, out, err = module.run_command(show)
+        if rc != 0:
+            module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}")
+        state = parse_show(out)
+        verdict = start_verdict(status, state, params["restarts_before"], params["crash_restarts"])
+        elapsed = time.monotonic() - started
+        if verdict != WAITING or elapsed + params["interval"] > params["window"]:
+            break
+        time.sleep(params["interval"])
+    module.exit_json(
+        changed=False,
+        verdict=verdict,
+        status=status,
+        error=error,
+        unit_state=state,
+        restarts=restarts_since(state, params["restarts_before"]),
+        symptom="" if verdict == HEALTHY else symptom(state, params["restarts_before"]),
+        elapsed=round(elapsed, 1),
+    )
+
+
+if __name__ == "__main__":
+    main()
