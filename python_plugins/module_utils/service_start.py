@@ -14,21 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# The KEY=VALUE parser the inference check's journal reading already uses.
+from ansible.module_utils.inference_judge import parse_systemctl_show as parse_show  # noqa: F401
+
 HEALTHY = "healthy"
 CRASH_LOOP = "crash-loop"
 WAITING = "waiting"
 
 SHOW_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result")
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """``systemctl show -p A,B`` output (``A=x`` lines) as a dict."""
-    state = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            state[key.strip()] = value.strip()
-    return state
 
 
 def restarts_since(state: Mapping[str, Any], restarts_before: int) -> int:
