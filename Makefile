@@ -66,12 +66,13 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 
 # The lab fleet's suite is the longest: it starts at once (lab-up first), and the checks that need no lab host
 # run beside it, one after the other, then the scenarios with their own containers. The machine's cores are
-# what both halves share, so the checks run at a lower priority (nice 10): they fill the lab suite's waits
+# what both halves share, so the checks run in the background of the CPU (lab/bin/background: nice 10 in a
+# low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's waits
 # instead of slowing the half that decides how long make test takes.
 checks: lint unit parser molecule ## lint, unit, parser, then the container scenarios (beside integration in make test).
 
 checks-beside:
-	nice -n 10 $(MAKE) --no-print-directory -j1 checks
+	lab/bin/background $(MAKE) --no-print-directory -j1 checks
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff; promtool on the alert rules and their unit tests.
 	$(BIN)/yamllint --strict .
