@@ -10,15 +10,17 @@ molecule/rollback.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from conftest import LAB_NODES, ROOT, Run, lab, router_workers
+from conftest import ROOT, Run, lab, router_workers
 
 VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
@@ -146,116 +148,188 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
     finally:
         if paused:
             subprocess.run(["podman", "unpause", "glm5-lab-gpu-node-2"], check=True)
-        # gpu-node-1 back to the inventory's unit through the same rolling path, and the router's workers to
-        # the inventory (gpu-node-2 stayed registered; this proves it is healthy again).
-        back = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-1")
+        # The router's workers to the inventory (gpu-node-2 stayed registered; this proves it is healthy
+        # again). gpu-node-1 stays on the update: the next two tests take it back to the inventory's unit.
         router = run_playbook("playbooks/router.yml")
-    assert back.status == "successful", back.stats
     assert router.status == "successful", router.stats
-    # The restore put the inventory's unit back (rolling_update.yml proved it with the inference check); the
-    # update's unit is gone. (Compared with the update's unit, not the one before: a lab left by another
-    # scenario, e.g. molecule rollback, may not have matched the inventory before this test.)
-    assert node_state(adhoc)["gpu-node-1"][1] != after["gpu-node-1"][1]
 
 
-GPU_FIXTURE = "/etc/glm5-lab/gpu-fixture.json"
+# The node of the failed-restore and interrupted-rollout tests, and the files that tell where it stands.
+ROLLED = "gpu-node-1"
+ROLLED_URL = f"http://{ROLLED}:30000"
+SWITCH_RECORD = "/var/lib/glm5-rollout/switch.json"
+HOLDS = "/var/lib/sglang-router/holds"
+FAULT_DROPIN = "/etc/systemd/system/sglang.service.d/99-lab-fault.conf"
 
 
-def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(run_playbook, adhoc) -> None:
-    """Every lab node's nvidia-smi now lists 7 of the 8 GPUs preflight recorded (the last one gone from its
-    list and its topology): a rolling update with a real change refuses the first replica before it leaves
-    the router. Every node keeps its release, unit and server process, and every replica stays in the
-    router."""
-    before = node_state(adhoc)
-    script = (
-        "import json, sys; d = json.load(open(sys.argv[1])); d['gpus'].pop(); "
-        "links = d['topology']['links']; links.pop(); [row.pop() for row in links]; "
-        "json.dump(d, open(sys.argv[1], 'w'))"
+def held(url: str) -> bool:
+    """Whether the router host holds ``url`` out (a rolling update's hold marker, which the guard obeys)."""
+    return lab("lab-gateway", f"grep -rlx '{url}' {HOLDS}", check=False).returncode == 0
+
+
+def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -> None:
+    """Every start of the server on gpu-node-1 fails (a lab drop-in: ExecStartPre=/bin/false), so the update's
+    start fails and so does the restore's. The play names the replica as out of the router, on which release
+    and why; the router has it out and held, and the node keeps the switch's record for the next run."""
+    update = {"sglang_settings": {"max_running_requests": 2}}
+    release = lab(ROLLED, "basename $(readlink /opt/sglang/current)").stdout.strip()
+    lab(
+        ROLLED,
+        f"mkdir -p {Path(FAULT_DROPIN).parent} && "
+        f"printf '[Service]\\nExecStartPre=/bin/false\\n' > {FAULT_DROPIN}"
+        " && systemctl daemon-reload",
     )
-    drop_one = f'cp {GPU_FIXTURE} {GPU_FIXTURE}.full && python3 -c "{script}" {GPU_FIXTURE}'
-    update = {"sglang_settings": {"max_running_requests": 3}}
     try:
-        for host in LAB_NODES:
-            lab(host, drop_one)
-        run = run_playbook("playbooks/rolling_update.yml", extravars=update)
+        run = run_playbook("playbooks/rolling_update.yml", extravars=update, cmdline=f"--limit {ROLLED}")
     finally:
-        for host in LAB_NODES:
-            lab(host, f"test ! -e {GPU_FIXTURE}.full || mv {GPU_FIXTURE}.full {GPU_FIXTURE}")
+        lab(ROLLED, f"rm -f {FAULT_DROPIN} && systemctl daemon-reload")
     assert run.status == "failed", run.stats
-    refused = run.results("Refuse a node that lost a GPU since it was deployed", "runner_on_failed")
-    assert len(refused) == 1, failure(run, "gpu-node-1") or run.stats
-    ((host, res),) = refused.items()
-    assert "sees 7 GPU(s)" in res["msg"] and "was not taken out of the router" in res["msg"], res["msg"]
-    assert res["msg"].startswith(host), res["msg"]
-    drained = [e for e in run.events if e["event_data"].get("task", "").startswith("Take the replica out")]
-    assert not drained, "a replica was taken out of the router"
-    assert node_state(adhoc) == before
+    message = run.results("Stop the rollout", "runner_on_failed")[ROLLED]["msg"]
+    assert f"The restore to release {release} failed too" in message, message
+    assert "a crash loop" in message, message
+    assert "is OUT of the router and held out" in message and f"left on release {release}" in message, message
+    assert "run the same command again" in message, message
+    assert ROLLED_URL not in router_workers(), "the router still routes to the replica it names as out"
+    assert held(ROLLED_URL), "the replica is out but not held: the guard could put it back unproven"
+    assert lab(ROLLED, f"test -s {SWITCH_RECORD}", check=False).returncode == 0, "the switch's record is gone"
+
+
+# Where the interrupted-rollout test stops ansible-playbook: a task banner, and the signal it sends to
+# ansible-playbook's process group (SIGINT is an operator's Ctrl-C, SIGKILL a lost session or a killed
+# control node).
+INTERRUPTIONS = (
+    ("before the drain", "TASK [sglang_rollout : Take the replica out of the router", signal.SIGINT),
+    (
+        "after the switch, while the server starts",
+        "TASK [sglang_server : Wait until /health_generate",
+        signal.SIGKILL,
+    ),
+    ("during the inference check", "TASK [sglang_validate : Ask the model the probes", signal.SIGINT),
+    (
+        "during re-registration",
+        "TASK [sglang_router : Wait until the router reports the worker",
+        signal.SIGKILL,
+    ),
+)
+PLAYBOOK_BIN = str(ROOT / ".venv" / "bin" / "ansible-playbook")
+LOCK = "/var/lib/glm5-deploy/fleet.lock"
+
+
+def playbook(
+    argv: list[str],
+    banner: str = "",
+    sig: signal.Signals = signal.SIGINT,
+    meanwhile: Callable[[], None] | None = None,
+) -> tuple[int, str]:
+    """Run ansible-playbook (``argv``) to its end, or, with a ``banner``, call ``meanwhile`` and then send
+    ``sig`` to its process group at the first line that starts with the banner. Returns the exit code and the
+    whole output (after a SIGINT, up to the end of the interrupted process)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    lines, sent = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if banner and not sent and line.startswith(banner):
+            if meanwhile:
+                meanwhile()
+            os.killpg(proc.pid, sig)
+            sent = True
+    proc.wait(timeout=300)
+    out = "".join(lines)
+    assert sent or not banner, f"the run ended (rc {proc.returncode}) before {banner!r}:\n{out[-4000:]}"
+    return proc.returncode, out
+
+
+def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fleet(run_playbook) -> None:
+    """The same command (gpu-node-1 back to the inventory's settings) stopped at four points, by Ctrl-C and by
+    killing the control process outright, then run once more to the end: each run resumes the switch the one
+    before left (the node's switch record), and the last one ends with the replica proven, back in the router,
+    not held, and on the inventory's unit. gpu-node-1 starts out of the router from the failed restore above.
+    Meanwhile the fleet lock: a second rollout started while the first waits for its restarted server is
+    refused, naming the first, and drains nothing; Ctrl-C releases the lock (callback glm5_fleet_lock); a
+    killed run's lock is taken over by the next run of the same controller."""
+    argv = [PLAYBOOK_BIN, "playbooks/rolling_update.yml", "--limit", ROLLED]
+    refused: list[tuple[int, str]] = []
+    killed_before = False
+    for where, banner, sig in INTERRUPTIONS:
+        meanwhile = None
+        if sig == signal.SIGKILL and not refused:  # the first switch's health wait: a minute of a model load
+
+            def meanwhile() -> None:
+                refused.append(playbook([PLAYBOOK_BIN, "playbooks/rolling_update.yml"]))
+
+        rc, out = playbook(argv, banner, sig, meanwhile)
+        assert rc != 0, where
+        if where != INTERRUPTIONS[0][0]:
+            assert "resume the switch an interrupted run began" in out, (where, out[-3000:])
+        assert ("Took over the fleet lock" in out) == killed_before, (where, out[-3000:])
+        if sig == signal.SIGINT:
+            assert "Released the fleet lock on lab-gateway (the run ended early)" in out, (where, out[-2000:])
+        killed_before = sig == signal.SIGKILL
+        assert lab(ROLLED, f"test -s {SWITCH_RECORD}", check=False).returncode == 0, where
+    ((rc, out),) = refused
+    assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
+    assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
+    assert "Take the replica out of the router" not in out, "the refused run drained a replica"
+    run = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}")
+    assert run.status == "successful", failure(run, ROLLED) or run.stats
+    assert "Took over the fleet lock" in run.stdout
+    plan = run.results("Report the replica's plan")[ROLLED]["msg"]
+    assert "resume the switch an interrupted run began" in plan, plan
     workers = router_workers()
-    assert all(workers.get(f"http://{h}:30000", {}).get("is_healthy") for h in LAB_NODES), workers
+    assert workers.get(ROLLED_URL, {}).get("is_healthy"), workers
+    assert not held(ROLLED_URL)
+    assert lab(ROLLED, f"test -e {SWITCH_RECORD}", check=False).returncode == 1
+    assert lab("lab-gateway", f"test -e {LOCK}", check=False).returncode == 1, "the lock outlived the run"
+    unit = lab(ROLLED, "cat /etc/systemd/system/sglang.service").stdout
+    assert "--max-running-requests 2" not in unit and "--max-running-requests 3" not in unit, unit
+    # Nothing left to resume: the same command now finds the replica up to date.
+    again = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}")
+    assert again.status == "successful" and again.count("changed", ROLLED) == 0, again.stats
+    assert "up to date" in again.results("Report the replica's plan")[ROLLED]["msg"]
 
 
-@pytest.fixture(scope="module")
-def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, str]]]:
-    """The nodes' state before the victim's faults. After the last of them (one restart, not one per fault)
-    the victim is served from the inventory again, proven and back in the router (serve.yml validates)."""
-    before = node_state(adhoc)
-    yield before
-    adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
-    restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
-    assert restored.status == "successful", restored.stats
-    # serve.yml alone names the release in ExecStart, as site.yml does (not the current link): the unit it
-    # wrote through the link made the next site.yml rewrite it and restart the victim.
-    unit = lab(VICTIM, "cat /etc/systemd/system/sglang.service").stdout
-    current = lab(VICTIM, "readlink -f /opt/sglang/current").stdout.strip()
-    assert f"ExecStart={current}/venv/bin/python " in unit, unit
-
-
-def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
-    """A bad model path: the server dies at start and systemd restarts it; the wait ends on the second restart
-    (sglang_server_crash_restarts), long before the health timeout, and the play says so with the journal."""
-    run = run_playbook(
-        "playbooks/serve.yml",
-        extravars={
-            "sglang_server_model_path": f"{MODELS}/no-such-model",
-            # Far above the two restarts' minute (RestartSec=10 after a failed start of about 15 s): only the
-            # crash-loop verdict can end the wait in time for the message below.
-            "sglang_server_health_timeout": 300,
-        },
-        cmdline=f"--limit {VICTIM}",
-    )
-    assert run.status == "failed"
-    message = failure(run, VICTIM)
-    assert "did not become healthy: a crash loop" in message, message[:3000]
-    assert "Last journal lines" in message and "no-such-model" in message, message[-3000:]
-    after = node_state(adhoc)
-    for host in LAB_NODES:
-        if host != VICTIM:
-            assert after[host] == restore_victim[host], host
-
-
-def test_stalled_start_times_out_with_the_journal(
-    restore_victim, run_playbook, adhoc, tmp_path: Path
-) -> None:
-    """Rank 0 of a two-node replica whose second node never joins: the real sglang waits in its
-    torch.distributed rendezvous, runs without restarts and never becomes healthy; the play times out and
-    says the start stalled. The replica is the inventory's (a sglang_replica_* group): nnodes, node_rank and
-    dist_init_addr belong to the roles, and sglang_settings may not set them."""
-    run = run_playbook(
-        "playbooks/serve.yml",
-        extravars={
-            # One rank per node: tp_size 2 over the replica's two nodes.
-            "sglang_settings": {"tp_size": 2},
-            # sglang's CPU backend runs one rank per bound core set with tp > 1.
-            "sglang_server_environment": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"},
-            "sglang_server_health_timeout": 60,
-        },
-        cmdline=f"--limit {VICTIM}",
-        inventory=stalled_replica_inventory(tmp_path),
-    )
-    assert run.status == "failed"
-    message = failure(run, VICTIM)
-    assert "stalled start" in message and "Last journal lines" in message, message[:3000]
-    after = node_state(adhoc)
-    for host in LAB_NODES:
-        if host != VICTIM:
-            assert after[host] == restore_victim[host], host
+def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> None:
+    """A lock held by a run on another controller (a record planted on lab-gateway) refuses a rollout before
+    any node is touched, naming that run; -e fleet_lock_break=true takes it over, says whose lock it broke,
+    and releases it at the end."""
+    planted = {
+        "controller": "ops-bastion-2",
+        "user": "alice",
+        "pid": 4242,
+        "pid_start": 1,
+        "started": "2026-12-01T09:00:00Z",
+        "command": "ansible-playbook playbooks/rollback.yml --limit gpu-node-2",
+        "token": "planted",
+    }
+    lab("lab-gateway", f"mkdir -p -m 0700 {Path(LOCK).parent} && echo '{json.dumps(planted)}' > {LOCK}")
+    try:
+        run = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-3")
+        assert run.status == "failed", run.stats
+        message = "\n".join(
+            str(r.get("msg"))
+            for r in run.results(
+                "Refuse to run while another run holds the fleet lock", "runner_on_failed"
+            ).values()
+        )
+        assert "alice@ops-bastion-2 (ansible-playbook PID 4242)" in message, message or run.stdout[-3000:]
+        assert "rollback.yml --limit gpu-node-2" in message and "fleet_lock_break=true" in message, message
+        stages = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_ok"}
+        assert not any(p and p.startswith("Stage") for p in stages), stages
+        broken = run_playbook(
+            "playbooks/rolling_update.yml", extravars={"fleet_lock_break": True}, cmdline="--limit gpu-node-3"
+        )
+        assert broken.status == "successful", broken.stats
+        assert "Took over the fleet lock" in broken.stdout and "alice@ops-bastion-2" in broken.stdout
+        assert lab("lab-gateway", f"test -e {LOCK}", check=False).returncode == 1
+    finally:
+        lab("lab-gateway", f"rm -f {LOCK}")

@@ -1,0 +1,61 @@
+"""Lookup: the record of this ansible-playbook run on the controller, for the fleet lock (role fleet_lock)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+import ansible.module_utils
+from ansible.plugins.lookup import LookupBase
+
+DOCUMENTATION = """
+name: glm5_controller_run
+short_description: The run that asks for the fleet lock (controller, user, ansible-playbook PID, command)
+description:
+  - Returns one mapping for this ansible-playbook process on the controller, as module_utils.fleet_lock's
+    controller_run builds it - controller host name, user, the main process's PID and start time, the command
+    (program, playbooks, --limit, -i, --tags, --check; never extra vars), the time now (UTC) and a token
+    that is
+    the same for every task of the run.
+"""
+
+RETURN = """
+_raw:
+  description: One mapping (controller, user, pid, pid_start, command, started, token).
+  type: list
+  elements: dict
+"""
+
+# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
+_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
+
+from ansible.module_utils.fleet_lock import controller_run  # noqa: E402
+
+
+def _stat(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text()
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0").split("\0")
+
+
+class LookupModule(LookupBase):
+    """``lookup('glm5_controller_run')``."""
+
+    def run(self, terms, variables=None, **kwargs):
+        return [
+            controller_run(
+                socket.gethostname(),
+                getpass.getuser(),
+                os.getpid(),
+                _stat,
+                _cmdline,
+                datetime.now(UTC),
+            )
+        ]
