@@ -163,22 +163,29 @@ def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProc
     return subprocess.run(argv, capture_output=True, text=True, check=check)
 
 
-def router_workers() -> dict[str, dict[str, Any]]:
-    """The router's workers by URL, read on lab-gateway with the lab's admin key (on no command line)."""
+def router_admin(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """GET (or POST ``body`` to) the router's admin API on lab-gateway with the lab's admin key, which is on
+    no command line (it goes through stdin)."""
     script = (
-        "import sys, urllib.request;"
-        "r = urllib.request.Request('http://127.0.0.1:30000/workers',"
-        " headers={'Authorization': 'Bearer ' + sys.stdin.read().strip()});"
-        "print(urllib.request.urlopen(r, timeout=10).read().decode())"
+        "import json, sys, urllib.request;"
+        "key, body = sys.stdin.read().split(chr(10), 1);"
+        f"r = urllib.request.Request('http://127.0.0.1:30000{path}', data=body.encode() or None,"
+        " headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'});"
+        "print(urllib.request.urlopen(r, timeout=10).read().decode() or '{}')"
     )
     shown = subprocess.run(
         ["podman", "exec", "-i", "glm5-lab-lab-gateway", "python3", "-c", script],
-        input=SECRETS["sglang_router_admin_key"],
+        input=SECRETS["sglang_router_admin_key"] + "\n" + (json.dumps(body) if body is not None else ""),
         capture_output=True,
         text=True,
         check=True,
     )
-    return {w["url"].rstrip("/"): w for w in json.loads(shown.stdout).get("workers") or []}
+    return json.loads(shown.stdout)
+
+
+def router_workers() -> dict[str, dict[str, Any]]:
+    """The router's workers by URL."""
+    return {w["url"].rstrip("/"): w for w in router_admin("/workers").get("workers") or []}
 
 
 @pytest.fixture(scope="session")

@@ -14,19 +14,24 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from conftest import ROOT, Run, lab, router_workers
+from conftest import LAB_NODES, ROOT, SECRETS, Run, lab, leaks, router_admin, router_workers
 
 VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
 # The second node of the victim's two-node replica in test_stalled_start_times_out_with_the_journal: an
 # inventory host that does not exist, so it never joins the rendezvous. No play runs on it (--limit VICTIM).
 ABSENT_PEER = "gpu-node-3-absent-peer"
+# A worker the inventory does not have, registered by hand for router.yml to prune: gpu-node-2's server
+# under its container's name.
+STRAY_WORKER = "http://glm5-lab-gpu-node-2:30000"
 
 
 def stalled_replica_inventory(tmp_path: Path) -> Path:
@@ -149,9 +154,18 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
         if paused:
             subprocess.run(["podman", "unpause", "glm5-lab-gpu-node-2"], check=True)
         # The router's workers to the inventory (gpu-node-2 stayed registered; this proves it is healthy
-        # again). gpu-node-1 stays on the update: the next two tests take it back to the inventory's unit.
-        router = run_playbook("playbooks/router.yml")
+        # again), at -vvv with a worker to prune: the server of gpu-node-2 under another name, which the
+        # inventory does not have. gpu-node-1 stays on the update: the next tests take it back.
+        router_admin("/workers", {"url": STRAY_WORKER, "api_key": SECRETS["sglang_server_api_key"]})
+        deadline = time.monotonic() + 60
+        while STRAY_WORKER not in router_workers() and time.monotonic() < deadline:
+            time.sleep(1)
+        router = run_playbook("playbooks/router.yml", verbosity=3)
     assert router.status == "successful", router.stats
+    pruned = router.results("Remove workers the inventory no longer has", "runner_on_ok")
+    assert any(res.get("changed") for res in pruned.values()), "router.yml pruned no worker"
+    assert STRAY_WORKER not in router_workers()
+    no_key_in(router.stdout, json.dumps(router.events))
 
 
 # The node of the failed-restore and interrupted-rollout tests, and the files that tell where it stands.
@@ -160,6 +174,14 @@ ROLLED_URL = f"http://{ROLLED}:30000"
 SWITCH_RECORD = "/var/lib/glm5-rollout/switch.json"
 HOLDS = "/var/lib/sglang-router/holds"
 FAULT_DROPIN = "/etc/systemd/system/sglang.service.d/99-lab-fault.conf"
+
+
+def no_key_in(*texts: str) -> None:
+    """No lab secret in the output of a run at -vvv (the security suite's rule, on the failure paths here:
+    a failed restore, runs interrupted by Ctrl-C or killed, the lock's refusal and its release)."""
+    for text in texts:
+        assert len(text) > 10_000, "the -vvv output is missing"
+        assert leaks(text) == [], leaks(text)
 
 
 def held(url: str) -> bool:
@@ -180,10 +202,13 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
         " && systemctl daemon-reload",
     )
     try:
-        run = run_playbook("playbooks/rolling_update.yml", extravars=update, cmdline=f"--limit {ROLLED}")
+        run = run_playbook(
+            "playbooks/rolling_update.yml", extravars=update, cmdline=f"--limit {ROLLED}", verbosity=3
+        )
     finally:
         lab(ROLLED, f"rm -f {FAULT_DROPIN} && systemctl daemon-reload")
     assert run.status == "failed", run.stats
+    no_key_in(run.stdout, json.dumps(run.events))
     message = run.results("Stop the rollout", "runner_on_failed")[ROLLED]["msg"]
     assert f"The restore to release {release} failed too" in message, message
     # Both starts failed, each named with systemd's words: the update's and the restore's.
@@ -225,7 +250,13 @@ def playbook(
     """Run ansible-playbook (``argv``) to its end, or, with a ``banner``, call ``meanwhile`` and then send
     ``sig`` to its process group at the first line that starts with the banner. Returns the exit code and the
     whole output (after a SIGINT, up to the end of the interrupted process)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    # Unbuffered: ansible-playbook's output into a pipe is block-buffered, so a banner would arrive late.
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     proc = subprocess.Popen(
         argv,
         cwd=ROOT,
@@ -236,15 +267,31 @@ def playbook(
         start_new_session=True,
     )
     assert proc.stdout is not None
-    lines, sent = [], False
-    for line in proc.stdout:
-        lines.append(line)
-        if banner and not sent and line.startswith(banner):
-            if meanwhile:
-                meanwhile()
-            os.killpg(proc.pid, sig)
-            sent = True
-    proc.wait(timeout=300)
+    lines, sent, stuck = [], False, []
+
+    def kill(why: str) -> None:
+        if proc.poll() is None:
+            stuck.append(why)
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    # A run that never ends (or never ends after the signal) is killed, and the test fails saying so.
+    watchdogs = [threading.Timer(1200, kill, ("the run took over 20 minutes",))]
+    watchdogs[0].start()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if banner and not sent and line.startswith(banner):
+                if meanwhile:
+                    meanwhile()
+                os.killpg(proc.pid, sig)
+                sent = True
+                watchdogs.append(threading.Timer(120, kill, (f"it did not exit within 120 s of {sig.name}",)))
+                watchdogs[-1].start()
+        proc.wait()
+    finally:
+        for timer in watchdogs:
+            timer.cancel()
+    assert not stuck, f"ansible-playbook was killed: {stuck[0]}"
     out = "".join(lines)
     assert sent or not banner, f"the run ended (rc {proc.returncode}) before {banner!r}:\n{out[-4000:]}"
     return proc.returncode, out
@@ -258,34 +305,38 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     Meanwhile the fleet lock: a second rollout started while the first waits for its restarted server is
     refused, naming the first, and drains nothing; Ctrl-C releases the lock (callback glm5_fleet_lock); a
     killed run's lock is taken over by the next run of the same controller."""
-    argv = [PLAYBOOK_BIN, "playbooks/rolling_update.yml", "--limit", ROLLED]
-    # A real switch (drain, new unit, restart) whatever the node's history: its unit gets a line the inventory's
-    # does not have, which the rollout repairs.
+    argv = [PLAYBOOK_BIN, "playbooks/rolling_update.yml", "--limit", ROLLED, "-vvv"]
+    # A real switch (drain, new unit, restart) whatever the node's history: its unit gets a line the
+    # inventory's does not have, which the rollout repairs.
     lab(ROLLED, "echo '# lab: drift the rollout repairs' >> /etc/systemd/system/sglang.service")
     refused: list[tuple[int, str]] = []
-    killed_before = False
+    killed_before: bool | None = None  # the run before the first is another test's: not judged
     for where, banner, sig in INTERRUPTIONS:
         meanwhile = None
         if sig == signal.SIGKILL and not refused:  # the first switch's health wait: a minute of a model load
 
             def meanwhile() -> None:
-                refused.append(playbook([PLAYBOOK_BIN, "playbooks/rolling_update.yml"]))
+                refused.append(playbook([PLAYBOOK_BIN, "playbooks/rolling_update.yml", "-vvv"]))
 
         rc, out = playbook(argv, banner, sig, meanwhile)
         assert rc != 0, where
         if where != INTERRUPTIONS[0][0]:
             assert "resume the switch an interrupted run began" in out, (where, out[-3000:])
-        assert ("Took over the fleet lock" in out) == killed_before, (where, out[-3000:])
+        if killed_before is not None:
+            assert ("Took over the fleet lock" in out) == killed_before, (where, out[-3000:])
         if sig == signal.SIGINT:
             assert "Released the fleet lock on lab-gateway (the run ended early)" in out, (where, out[-2000:])
         killed_before = sig == signal.SIGKILL
+        no_key_in(out)
         assert lab(ROLLED, f"test -s {SWITCH_RECORD}", check=False).returncode == 0, where
     ((rc, out),) = refused
+    no_key_in(out)
     assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
     assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
     assert "Take the replica out of the router" not in out, "the refused run drained a replica"
-    run = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}")
+    run = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}", verbosity=3)
     assert run.status == "successful", failure(run, ROLLED) or run.stats
+    no_key_in(run.stdout, json.dumps(run.events))
     assert "Took over the fleet lock" in run.stdout
     plan = run.results("Report the replica's plan")[ROLLED]["msg"]
     assert "resume the switch an interrupted run began" in plan, plan
@@ -304,8 +355,8 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
 
 def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> None:
     """A lock held by a run on another controller (a record planted on lab-gateway) refuses a rollout before
-    any node is touched, naming that run; -e fleet_lock_break=true takes it over, says whose lock it broke,
-    and releases it at the end."""
+    any node is touched, naming that run; a run with -e fleet_lock_break=true (a rollback with nothing to
+    switch) takes it over, says whose lock it broke, and releases it at the end."""
     planted = {
         "controller": "ops-bastion-2",
         "user": "alice",
@@ -329,11 +380,122 @@ def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> No
         assert "rollback.yml --limit gpu-node-2" in message and "fleet_lock_break=true" in message, message
         stages = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_ok"}
         assert not any(p and p.startswith("Stage") for p in stages), stages
+        # Broken by a rollback to the release gpu-node-3 runs (nothing to switch), at -vvv: the rollback
+        # playbook's own steps in the security suite's rule too.
+        release = lab("gpu-node-3", "basename $(readlink /opt/sglang/current)").stdout.strip()
         broken = run_playbook(
-            "playbooks/rolling_update.yml", extravars={"fleet_lock_break": True}, cmdline="--limit gpu-node-3"
+            "playbooks/rollback.yml",
+            extravars={"fleet_lock_break": True, "sglang_rollback_release": release},
+            cmdline="--limit gpu-node-3",
+            verbosity=3,
         )
         assert broken.status == "successful", broken.stats
+        no_key_in(broken.stdout, json.dumps(broken.events))
+        assert "up to date" in broken.results("Report the replica's plan")["gpu-node-3"]["msg"]
         assert "Took over the fleet lock" in broken.stdout and "alice@ops-bastion-2" in broken.stdout
         assert lab("lab-gateway", f"test -e {LOCK}", check=False).returncode == 1
     finally:
         lab("lab-gateway", f"rm -f {LOCK}")
+
+
+GPU_FIXTURE = "/etc/glm5-lab/gpu-fixture.json"
+
+
+def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(run_playbook, adhoc) -> None:
+    """Every lab node's nvidia-smi now lists 7 of the 8 GPUs preflight recorded (the last one gone from its
+    list and its topology): a rolling update with a real change refuses the first replica before it leaves
+    the router. Every node keeps its release, unit and server process, and every replica stays in the
+    router."""
+    before = node_state(adhoc)
+    script = (
+        "import json, sys; d = json.load(open(sys.argv[1])); d['gpus'].pop(); "
+        "links = d['topology']['links']; links.pop(); [row.pop() for row in links]; "
+        "json.dump(d, open(sys.argv[1], 'w'))"
+    )
+    drop_one = f'cp {GPU_FIXTURE} {GPU_FIXTURE}.full && python3 -c "{script}" {GPU_FIXTURE}'
+    update = {"sglang_settings": {"max_running_requests": 3}}
+    try:
+        for host in LAB_NODES:
+            lab(host, drop_one)
+        run = run_playbook("playbooks/rolling_update.yml", extravars=update)
+    finally:
+        for host in LAB_NODES:
+            lab(host, f"test ! -e {GPU_FIXTURE}.full || mv {GPU_FIXTURE}.full {GPU_FIXTURE}")
+    assert run.status == "failed", run.stats
+    refused = run.results("Refuse a node that lost a GPU since it was deployed", "runner_on_failed")
+    assert len(refused) == 1, failure(run, "gpu-node-1") or run.stats
+    ((host, res),) = refused.items()
+    assert "sees 7 GPU(s)" in res["msg"] and "was not taken out of the router" in res["msg"], res["msg"]
+    assert res["msg"].startswith(host), res["msg"]
+    drained = [e for e in run.events if e["event_data"].get("task", "").startswith("Take the replica out")]
+    assert not drained, "a replica was taken out of the router"
+    assert node_state(adhoc) == before
+    workers = router_workers()
+    assert all(workers.get(f"http://{h}:30000", {}).get("is_healthy") for h in LAB_NODES), workers
+
+
+@pytest.fixture(scope="module")
+def restore_victim(run_playbook, adhoc) -> Iterator[dict[str, tuple[str, str, str]]]:
+    """The nodes' state before the victim's faults. After the last of them (one restart, not one per fault)
+    the victim is served from the inventory again, proven and back in the router (serve.yml validates)."""
+    before = node_state(adhoc)
+    yield before
+    adhoc(VICTIM, "ansible.builtin.shell", "systemctl kill -s KILL sglang || true")
+    restored = run_playbook("playbooks/serve.yml", cmdline=f"--limit {VICTIM}")
+    assert restored.status == "successful", restored.stats
+    # serve.yml alone names the release in ExecStart, as site.yml does (not the current link): the unit it
+    # wrote through the link made the next site.yml rewrite it and restart the victim.
+    unit = lab(VICTIM, "cat /etc/systemd/system/sglang.service").stdout
+    current = lab(VICTIM, "readlink -f /opt/sglang/current").stdout.strip()
+    assert f"ExecStart={current}/venv/bin/python " in unit, unit
+
+
+def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
+    """A bad model path: the server dies at start and systemd restarts it; the wait ends on the second restart
+    (sglang_server_crash_restarts), long before the health timeout, and the play says so with the journal."""
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={
+            "sglang_server_model_path": f"{MODELS}/no-such-model",
+            # Far above the two restarts' minute (RestartSec=10 after a failed start of about 15 s): only the
+            # crash-loop verdict can end the wait in time for the message below.
+            "sglang_server_health_timeout": 300,
+        },
+        cmdline=f"--limit {VICTIM}",
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "did not become healthy: a crash loop" in message, message[:3000]
+    assert "Last journal lines" in message and "no-such-model" in message, message[-3000:]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host
+
+
+def test_stalled_start_times_out_with_the_journal(
+    restore_victim, run_playbook, adhoc, tmp_path: Path
+) -> None:
+    """Rank 0 of a two-node replica whose second node never joins: the real sglang waits in its
+    torch.distributed rendezvous, runs without restarts and never becomes healthy; the play times out and
+    says the start stalled. The replica is the inventory's (a sglang_replica_* group): nnodes, node_rank and
+    dist_init_addr belong to the roles, and sglang_settings may not set them."""
+    run = run_playbook(
+        "playbooks/serve.yml",
+        extravars={
+            # One rank per node: tp_size 2 over the replica's two nodes.
+            "sglang_settings": {"tp_size": 2},
+            # sglang's CPU backend runs one rank per bound core set with tp > 1.
+            "sglang_server_environment": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"},
+            "sglang_server_health_timeout": 60,
+        },
+        cmdline=f"--limit {VICTIM}",
+        inventory=stalled_replica_inventory(tmp_path),
+    )
+    assert run.status == "failed"
+    message = failure(run, VICTIM)
+    assert "stalled start" in message and "Last journal lines" in message, message[:3000]
+    after = node_state(adhoc)
+    for host in LAB_NODES:
+        if host != VICTIM:
+            assert after[host] == restore_victim[host], host

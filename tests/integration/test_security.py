@@ -110,6 +110,28 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
     assert hits == {}
 
 
+def test_no_secret_in_a_tune_run_or_its_report(run_playbook, tmp_path) -> None:
+    """playbooks/tune.yml at -vvv on gpu-node-2 with one candidate, the inventory's own settings (nothing to
+    switch, one real benchmark against the node directly, with the server key): no key in its output, its
+    events, or any file of the report it writes (sglang's benchmark saves the server's /server_info)."""
+    reports = tmp_path / "reports"
+    run = run_playbook(
+        "playbooks/tune.yml",
+        extravars={
+            "tune_node": "gpu-node-2",
+            "sglang_tune_candidates": [{"name": "inventory", "settings": {}}],
+            "sglang_tune_report_root": str(reports),
+        },
+        verbosity=3,
+    )
+    assert run.status == "successful", run.stats
+    assert len(run.stdout) > 100_000, "the -vvv output is missing"
+    assert leaks(run.stdout) == [] and leaks(json.dumps(run.events)) == []
+    files = [f for f in reports.rglob("*") if f.is_file()]
+    assert files, "tune wrote no report"
+    assert {f.name: leaks(f.read_text(errors="replace")) for f in files} == {f.name: [] for f in files}
+
+
 def test_env_files_are_root_only(adhoc) -> None:
     modes = adhoc("sglang_nodes", "ansible.builtin.stat", "path=/etc/sglang/sglang.env")
     modes.update(adhoc("sglang_router", "ansible.builtin.stat", "path=/etc/sglang-router/router.env"))
