@@ -105,3 +105,18 @@ def test_each_bad_host_is_refused_naming_its_variables(
     for host, (_, _, _, hidden) in BAD.items():
         for value in hidden:
             assert value not in output, f"{host}: {value!r} in the -vvv output"
+
+
+def test_a_fleet_lock_input_of_the_wrong_type_is_refused_with_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fleet_lock is among the roles whose argument specs the inputs play checks: a bad value is refused
+    there, in the first play, before the lock is taken and before any host changes."""
+    inventory = yaml.safe_load(FIXTURE.read_text())
+    inventory["all"]["children"]["sglang_nodes"]["hosts"]["bad-lock"] = {"fleet_lock_break": "maybe"}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    done = ansible_playbook("-i", str(tmp_path / "hosts.yml"), "playbooks/inputs.yml")
+    assert done.returncode == 2, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "failed: [bad-lock] (item=fleet_lock)" in done.stdout, done.stdout[-4000:]
+    assert "argument 'fleet_lock_break' is of type str" in done.stdout, done.stdout[-4000:]
