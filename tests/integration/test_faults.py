@@ -29,9 +29,9 @@ MODELS = "/var/lib/sglang/models"
 # The second node of the victim's two-node replica in test_stalled_start_times_out_with_the_journal: an
 # inventory host that does not exist, so it never joins the rendezvous. No play runs on it (--limit VICTIM).
 ABSENT_PEER = "gpu-node-3-absent-peer"
-# A worker the inventory does not have, registered by hand for router.yml to prune: gpu-node-2's server
-# under its container's name.
-STRAY_WORKER = "http://glm5-lab-gpu-node-2:30000"
+# A worker the inventory does not have, registered by hand for router.yml to prune: gpu-node-3's server
+# under its container's name (gpu-node-3, which the frozen-node test leaves alone, answers at once).
+STRAY_WORKER = "http://glm5-lab-gpu-node-3:30000"
 
 
 def stalled_replica_inventory(tmp_path: Path) -> Path:
@@ -160,8 +160,10 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
         deadline = time.monotonic() + 60
         while STRAY_WORKER not in router_workers() and time.monotonic() < deadline:
             time.sleep(1)
+        stray_registered = STRAY_WORKER in router_workers()
         router = run_playbook("playbooks/router.yml", verbosity=3)
     assert router.status == "successful", router.stats
+    assert stray_registered, f"the router never listed {STRAY_WORKER}: nothing for router.yml to prune"
     pruned = router.results("Remove workers the inventory no longer has", "runner_on_ok")
     assert any(res.get("changed") for res in pruned.values()), "router.yml pruned no worker"
     assert STRAY_WORKER not in router_workers()
