@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, leaks
+from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, leaks, router_admin, router_workers
 
 PATTERNS_FILE = "/root/.glm5-leak-patterns"
 UNITS = {
@@ -21,6 +21,10 @@ UNITS = {
     "sglang-guard.service": ("lab-gateway",),
 }
 MAX_EXPOSURE = 4.0
+# A worker the inventory does not have, for router.yml to prune: gpu-node-1's server under its container's
+# name (it answers, so the router lists it at once).
+STRAY_WORKER = "http://glm5-lab-gpu-node-1:30000"
+PRUNE_TASK = "Remove workers the inventory no longer has"
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +134,32 @@ def test_no_secret_in_a_tune_run_or_its_report(run_playbook, tmp_path) -> None:
     files = [f for f in reports.rglob("*") if f.is_file()]
     assert files, "tune wrote no report"
     assert {f.name: leaks(f.read_text(errors="replace")) for f in files} == {f.name: [] for f in files}
+
+
+def test_no_secret_in_router_or_validate_runs_and_router_prunes_a_stray_worker(run_playbook) -> None:
+    """playbooks/router.yml at -vvv with a worker to prune (its DELETE carries the router's admin key), then
+    playbooks/validate.yml on its own at -vvv (the probes carry the server key, the re-registration the admin
+    key): no key in their output or events. The router no longer lists the stray worker. The only failed host
+    allowed is the NaN node, when conftest.nan_site has it on the poisoned copy."""
+    router_admin("/workers", {"url": STRAY_WORKER, "api_key": SECRETS["sglang_server_api_key"]})
+    deadline = time.monotonic() + 60
+    while STRAY_WORKER not in router_workers() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert STRAY_WORKER in router_workers(), f"the router never listed {STRAY_WORKER}: nothing to prune"
+    router = run_playbook("playbooks/router.yml", verbosity=3)
+    validate = run_playbook("playbooks/validate.yml", verbosity=3)
+    for run in (router, validate):
+        assert set(run.stats.get("failures", {})) <= {NAN_NODE}, run.stats
+        assert len(run.stdout) > 50_000, "the -vvv output is missing"
+        assert leaks(run.stdout) == [] and leaks(json.dumps(run.events)) == []
+    # no_log hides the item's result (and its `changed`); the item's event and the host's count remain.
+    pruned = [
+        e
+        for e in router.events
+        if e.get("event") == "runner_item_on_ok" and e["event_data"].get("task") == PRUNE_TASK
+    ]
+    assert len(pruned) == 1 and router.stats["changed"].get("lab-gateway", 0) >= 1, router.stats
+    assert STRAY_WORKER not in router_workers()
 
 
 def test_env_files_are_root_only(adhoc) -> None:
