@@ -3,7 +3,9 @@
     {{ sglang_settings | sglang_args(sglang_version) }}
         -> ["--flag", "value", ...]
     {{ gpu_arch | sglang_profile(sglang_lane, sglang_settings_overrides) }}
-        -> {arch, lane, sglang_version, validated_on_hardware, settings, environment, sources}
+        -> {arch, lane, sglang_version, evidence, settings, environment, sources}
+    {{ sglang_launch | sglang_evidence_line }}
+        -> one line on what proved the launch (WARNING ... below seed-run)
     {{ settings | sglang_known_bad(gpu_arch, sglang_version, gpu_memory_mib) }}
         -> [finding, ...]
     {{ findings | sglang_known_bad_guard(sglang_allow_known_bad) }}
@@ -47,6 +49,7 @@ if _MU not in ansible.module_utils.__path__:
 from ansible.module_utils.bench_report import bench_command, bench_target  # noqa: E402
 from ansible.module_utils.sglang_flags import (  # noqa: E402
     SglangFlagError,
+    evidence_line,
     load_lanes,
     load_profiles,
     render_sglang_args,
@@ -215,6 +218,7 @@ class FilterModule:
         return {
             "sglang_args": _wrap(sglang_args),
             "sglang_profile": _wrap(sglang_profile),
+            "sglang_evidence_line": _wrap(evidence_line),
             "sglang_known_bad": _wrap(sglang_known_bad),
             "sglang_known_bad_guard": _wrap(sglang_known_bad_guard),
             "sglang_lane": _wrap(sglang_lane),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible.module_utils.sglang_flags import EVIDENCE_PROVEN
+
 COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated", "router")
 ROUTER_SYMPTOM_CHARS = 80
 
@@ -12,8 +14,12 @@ ROUTER_SYMPTOM_CHARS = 80
 def _profile(launch: Mapping[str, Any] | None) -> str:
     if not launch:
         return "-"
-    hardware = "" if launch.get("validated_on_hardware") else "(unvalidated)"
-    return f"{launch.get('arch')}/{launch.get('lane')}{hardware}"
+    # The evidence level (resolve_profile) when it is below seed-run: what the operator deploys unproven.
+    evidence = launch.get("evidence") or {"level": "untested", "rank": 0}
+    proven = evidence.get("rank", 0) >= EVIDENCE_PROVEN
+    return (
+        f"{launch.get('arch')}/{launch.get('lane')}{'' if proven else '(' + str(evidence.get('level')) + ')'}"
+    )
 
 
 def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:

@@ -365,6 +365,83 @@ def _entries(block: Any, where: str) -> dict[str, tuple[Any, str]]:
     return out
 
 
+# What a lane's launch profile was proven by, weakest first. A level's rank decides the warning: anything
+# below seed-run (the lane's exact stack ran on that hardware and answered correctly) deploys with a warning.
+# lab-run is the lab's CPU profile: real sglang on CPU in `make test`, which is all that arch ever runs on.
+EVIDENCE_LEVELS: dict[str, int] = {
+    "untested": 0,
+    "parser-only": 1,
+    "public-report": 2,
+    "nearby-run": 3,
+    "seed-run": 4,
+    "lab-run": 4,
+}
+EVIDENCE_PROVEN = EVIDENCE_LEVELS["seed-run"]
+EVIDENCE_MEANING = {
+    "untested": "nothing: neither run nor parsed",
+    "parser-only": "the rendered flags parse with the lane's real sglang; nothing ran on this hardware",
+    "public-report": "a public report shows these settings serving on this hardware, on another stack",
+    "nearby-run": "these settings answered correctly on this hardware in a recorded run, on another stack",
+    "seed-run": "this exact stack served correct answers on this hardware in a recorded run",
+    "lab-run": "real sglang serves the lab's model with these settings in every make test",
+}
+_RUN_FIELDS = ("gpu", "sglang", "checkpoint", "flashinfer", "driver", "cuda")
+
+
+def evidence_of(variant: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A lane variant's ``evidence`` block, checked: {level, source, run?, differs}. ``run`` is the recorded
+    run the level rests on (by, date, source and the stack fields), ``differs`` how the lane's own stack
+    differs from that run. Levels below seed-run that rest on a run must say how it differs."""
+    evidence = variant.get("evidence")
+    if not isinstance(evidence, Mapping):
+        raise SglangFlagError(f"{where}.evidence must be a mapping with 'level' and 'source'")
+    level = evidence.get("level")
+    if level not in EVIDENCE_LEVELS:
+        raise SglangFlagError(
+            f"{where}.evidence.level must be one of {', '.join(EVIDENCE_LEVELS)}, not {level!r}"
+        )
+    if not evidence.get("source"):
+        raise SglangFlagError(f"{where}.evidence.source must say where the level comes from")
+    run = evidence.get("run")
+    if run is not None:
+        missing = [
+            f for f in ("by", "date", "source", *_RUN_FIELDS) if not (isinstance(run, Mapping) and run.get(f))
+        ]
+        if missing:
+            raise SglangFlagError(f"{where}.evidence.run lacks {', '.join(missing)} (write 'not recorded')")
+    differs = [str(d) for d in evidence.get("differs") or []]
+    if level in ("nearby-run", "public-report") and (run is None or not differs):
+        raise SglangFlagError(f"{where}.evidence: a {level} names its run and how the lane's stack differs")
+    out = {
+        "level": level,
+        "rank": EVIDENCE_LEVELS[level],
+        "source": str(evidence["source"]),
+        "differs": differs,
+    }
+    if run is not None:
+        out["run"] = {str(k): str(v) for k, v in run.items()}
+    return out
+
+
+def evidence_line(launch: Mapping[str, Any]) -> str:
+    """One line on what a resolved launch (resolve_profile) was proven by, for preflight and the plan; it
+    starts with WARNING when the level is below seed-run."""
+    evidence = launch.get("evidence") or {"level": "untested", "rank": 0, "differs": []}
+    level = evidence["level"]
+    where = f"{launch.get('arch')}/{launch.get('lane')} (sglang {launch.get('sglang_version', '?')})"
+    line = f"{where}: evidence {level}: {EVIDENCE_MEANING[level]}"
+    run = evidence.get("run")
+    if run:
+        line += (
+            f". The run: {run['by']}, {run['date']}, sglang {run['sglang']}, checkpoint {run['checkpoint']}"
+        )
+    if evidence.get("differs"):
+        line += ". This lane differs: " + "; ".join(evidence["differs"])
+    if evidence["rank"] < EVIDENCE_PROVEN:
+        line = f"WARNING: {line}. Prove it on one node first (docs/hardware-validation.md)."
+    return line
+
+
 def resolve_profile(
     profiles: Mapping[str, Any],
     arch: str,
@@ -376,7 +453,7 @@ def resolve_profile(
 ) -> dict[str, Any]:
     """The launch profile for arch on lane (None = the profile's default lane).
 
-    Returns {arch, lane, sglang_version (when lanes are given), validated_on_hardware, settings,
+    Returns {arch, lane, sglang_version (when lanes are given), evidence (evidence_of), settings,
     environment, sources}. overrides (inventory) replace any setting; an override of None removes it.
     """
     if arch not in profiles:
@@ -429,7 +506,7 @@ def resolve_profile(
     result: dict[str, Any] = {
         "arch": arch,
         "lane": lane_name,
-        "validated_on_hardware": bool(variant.get("validated_on_hardware", False)),
+        "evidence": evidence_of(variant, f"{arch}.lanes.{lane_name}"),
         "settings": dict(sorted(settings.items())),
         "environment": dict(sorted(environment.items())),
         "sources": dict(sorted(sources.items())),

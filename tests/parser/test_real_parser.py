@@ -125,6 +125,7 @@ def test_seed_lane_profile_parses_to_the_seed_values(parsed: dict[tuple[str, str
         "--attention-backend": "flashinfer",
         "--moe-runner-backend": "flashinfer_cutlass",
         "--disable-cuda-graph": True,
+        "--kv-cache-dtype": "fp8_e4m3",
         "--tp-size": 8,
     }
     assert {flag: _parsed_value("0.5.9", values, flag) for flag in expected} == expected
@@ -135,7 +136,7 @@ def test_current_lane_sm120_parses_to_its_profile(parsed: dict[tuple[str, str], 
     expected = {
         "--dsa-prefill-backend": "flashinfer_sparse_mla",
         "--dsa-decode-backend": "flashinfer_sparse_mla",
-        "--cuda-graph-backend-decode": "full",
+        "--cuda-graph-backend-decode": "disabled",
         "--cuda-graph-backend-prefill": "disabled",
         "--cuda-graph-max-bs-decode": 256,
         "--attention-backend": "dsa",

@@ -76,12 +76,15 @@ def test_validation_table_has_a_row_per_probe_and_names_the_symptom() -> None:
 
 
 def test_row_names_the_release_and_the_resolved_profile() -> None:
-    launch = {"arch": "sm120", "lane": "seed", "sglang_version": "0.5.9", "validated_on_hardware": True}
+    proven = {"level": "seed-run", "rank": 4}
+    launch = {"arch": "sm120", "lane": "seed", "sglang_version": "0.5.9", "evidence": proven}
     row = host_row("n1", {"sglang_launch": launch, "sglang_release_name": "0.5.9-0123456789ab"})
     assert row["profile"] == "sm120/seed"
     assert row["release"] == "0.5.9-0123456789ab"
-    launch["validated_on_hardware"] = False
-    assert host_row("n1", {"sglang_launch": launch})["profile"] == "sm120/seed(unvalidated)"
+    launch["evidence"] = {"level": "nearby-run", "rank": 3}
+    assert host_row("n1", {"sglang_launch": launch})["profile"] == "sm120/seed(nearby-run)"
+    del launch["evidence"]
+    assert host_row("n1", {"sglang_launch": launch})["profile"] == "sm120/seed(untested)"
 
 
 def test_a_skipped_check_is_not_a_failure() -> None:

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 from ansible.module_utils.sglang_flags import (
+    EVIDENCE_LEVELS,
     SglangFlagError,
     compare_versions,
+    evidence_line,
+    evidence_of,
     load_dialects,
     load_lanes,
     load_profiles,
@@ -80,13 +83,13 @@ GOLDEN = {
     ("sm120", "seed"): (
         "0.5.9",
         "--attention-backend flashinfer --disable-cuda-graph --dist-timeout 1800 --enable-metrics "
-        "--fp8-gemm-backend cutlass --moe-runner-backend flashinfer_cutlass --nsa-decode-backend trtllm "
-        "--nsa-prefill-backend trtllm --quantization modelopt_fp4 --reasoning-parser glm45 "
-        "--tool-call-parser glm47 --tp-size 8 --watchdog-timeout 1800",
+        "--fp8-gemm-backend cutlass --kv-cache-dtype fp8_e4m3 --moe-runner-backend flashinfer_cutlass "
+        "--nsa-decode-backend trtllm --nsa-prefill-backend trtllm --quantization modelopt_fp4 "
+        "--reasoning-parser glm45 --tool-call-parser glm47 --tp-size 8 --watchdog-timeout 1800",
     ),
     ("sm120", "current"): (
         "0.5.23",
-        "--attention-backend dsa --cuda-graph-backend-decode full --cuda-graph-backend-prefill disabled "
+        "--attention-backend dsa --cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled "
         "--cuda-graph-max-bs-decode 256 --dist-timeout 1800 --dsa-decode-backend flashinfer_sparse_mla "
         "--dsa-prefill-backend flashinfer_sparse_mla --enable-metrics --fp8-gemm-backend cutlass "
         "--kv-cache-dtype fp8_e4m3 --moe-runner-backend flashinfer_cutlass --quantization modelopt_fp4 "
@@ -392,7 +395,7 @@ def test_overrides_replace_and_none_removes() -> None:
     assert profile["sources"]["context_length"] == "inventory override"
     assert profile["environment"]["NCCL_P2P_DISABLE"] == "1"
     assert "NCCL_MIN_NCHANNELS" not in profile["environment"]
-    assert profile["validated_on_hardware"] is False
+    assert profile["evidence"]["level"] == "public-report" and profile["evidence"]["rank"] < 4
 
 
 def test_sm120_environment_for_pcie() -> None:
@@ -407,7 +410,12 @@ def test_lane_variant_null_removes_common_entry() -> None:
         "x": {
             "default_lane": "a",
             "common": {"settings": {"tp_size": {"value": 8, "source": "s"}}},
-            "lanes": {"a": {"settings": {"tp_size": {"value": None, "source": "drop it"}}}},
+            "lanes": {
+                "a": {
+                    "evidence": {"level": "untested", "source": "s"},
+                    "settings": {"tp_size": {"value": None, "source": "drop it"}},
+                }
+            },
         }
     }
     assert resolve_profile(profiles, "x", None)["settings"] == {}
@@ -426,11 +434,11 @@ def test_profile_errors() -> None:
 # ------------------------------------------------------------------------------- data integrity ----
 
 
-def test_every_profile_entry_has_a_source_and_hardware_flag() -> None:
+def test_every_profile_entry_has_a_source_and_evidence() -> None:
     for arch, doc in load_profiles().items():
         assert doc.get("default_lane") in doc["lanes"], arch
         for lane, variant in doc["lanes"].items():
-            assert isinstance(variant.get("validated_on_hardware"), bool), (arch, lane)
+            evidence_of(variant, f"{arch}.{lane}")
             assert variant.get("source"), (arch, lane)
             # resolve_profile insists on {value, source} for every entry
             resolve_profile(load_profiles(), arch, lane, lanes=load_lanes())
@@ -477,3 +485,55 @@ def test_setting_dests_see_aliases_and_renames() -> None:
     assert "nsa_decode_backend" in setting_dests("dsa_decode_backend")  # renamed on the seed lane
     assert setting_dests("tp_sise") == {"tp_sise"}
     assert setting_dests("sizes", TOY) == {"sizes"}
+
+
+# ------------------------------------------------------------------------------------ evidence ----
+
+
+def test_the_shipped_lanes_say_what_proved_them() -> None:
+    """Issue 15 item 1: the seed lane rests on the seed's run on another stack (nearby-run), the current
+    sm120 lane on a public report, the datacenter profiles on the parser only, the lab's CPU profile on make
+    test. Only the last reaches the proven rank."""
+    profiles, lanes = load_profiles(), load_lanes()
+    levels = {
+        (arch, lane): resolve_profile(profiles, arch, lane, lanes=lanes)["evidence"]["level"]
+        for arch, doc in profiles.items()
+        for lane in doc["lanes"]
+    }
+    assert levels[("sm120", "seed")] == "nearby-run"
+    assert levels[("sm120", "current")] == "public-report"
+    assert {levels[k] for k in levels if k[0] in ("sm100", "sm90")} == {"parser-only"}
+    assert levels[("cpu", "current")] == "lab-run"
+    seed = resolve_profile(profiles, "sm120", "seed", lanes=lanes)["evidence"]
+    assert seed["run"]["date"] == "2026-02-19" and "lukealonso/GLM-5-NVFP4" in seed["run"]["checkpoint"]
+    assert any("nvidia/GLM-5-NVFP4" in d for d in seed["differs"])
+
+
+def test_the_evidence_line_warns_below_seed_run() -> None:
+    profiles, lanes = load_profiles(), load_lanes()
+    seed = evidence_line(resolve_profile(profiles, "sm120", "seed", lanes=lanes))
+    assert seed.startswith("WARNING: sm120/seed (sglang 0.5.9): evidence nearby-run")
+    assert "2026-02-19" in seed and "This lane differs:" in seed and "docs/hardware-validation.md" in seed
+    lab = evidence_line(resolve_profile(profiles, "cpu", "current", lanes=lanes))
+    assert lab.startswith("cpu/current (sglang 0.5.23): evidence lab-run") and "WARNING" not in lab
+    assert evidence_line({"arch": "x", "lane": "y"}).startswith("WARNING: x/y (sglang ?): evidence untested")
+
+
+@pytest.mark.parametrize(
+    ("evidence", "message"),
+    [
+        (None, "must be a mapping"),
+        ({"level": "validated", "source": "s"}, "level must be one of"),
+        ({"level": "seed-run"}, "source must say"),
+        ({"level": "nearby-run", "source": "s"}, "names its run and how"),
+        ({"level": "seed-run", "source": "s", "run": {"by": "me"}}, "run lacks date, source, gpu"),
+    ],
+)
+def test_evidence_errors(evidence: dict | None, message: str) -> None:
+    with pytest.raises(SglangFlagError, match=message):
+        evidence_of({"evidence": evidence}, "x.lanes.a")
+
+
+def test_evidence_levels_are_ordered() -> None:
+    ranks = list(EVIDENCE_LEVELS.values())
+    assert ranks == sorted(ranks) and EVIDENCE_LEVELS["seed-run"] == EVIDENCE_LEVELS["lab-run"]

@@ -18,6 +18,16 @@ from ansible.module_utils.sglang_known_bad import (
 RTX_PRO_6000_MIB = 97887  # 96 GB card as nvidia-smi reports it
 H200_MIB = 143771
 
+# The six backends that decide correctness, as the seed lane's sm120 profile states them.
+SEED_BACKENDS = {
+    "attention_backend": "flashinfer",
+    "dsa_prefill_backend": "trtllm",
+    "dsa_decode_backend": "trtllm",
+    "moe_runner_backend": "flashinfer_cutlass",
+    "fp8_gemm_backend": "cutlass",
+    "kv_cache_dtype": "fp8_e4m3",
+}
+
 # For every entry: (arch, version, settings, gpu memory) that must match, and a close neighbour that must not.
 CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
     "sm120-dsa-decode-flashmla-nan": {
@@ -71,6 +81,32 @@ CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
             },
             None,
         ),
+    },
+    "sm120-backend-left-to-sglang": {
+        "positive": ("sm120", "0.5.9", {**SEED_BACKENDS, "dsa_decode_backend": None}, RTX_PRO_6000_MIB),
+        "negative": ("sm120", "0.5.9", SEED_BACKENDS, RTX_PRO_6000_MIB),
+    },
+    "sm120-flashinfer-cutlass-fp4-pdl-race": {
+        "positive": ("sm120", "0.5.9", {"quantization": "modelopt_fp4"}, RTX_PRO_6000_MIB),
+        "negative": (
+            "sm120",
+            "0.5.9",
+            {"quantization": "modelopt_fp4", "fp4_gemm_backend": "flashinfer_cudnn"},
+            RTX_PRO_6000_MIB,
+        ),
+    },
+    "sm120-dsa-full-decode-graph-hang": {
+        "positive": ("sm120", "0.5.23", {"attention_backend": "dsa"}, RTX_PRO_6000_MIB),
+        "negative": (
+            "sm120",
+            "0.5.23",
+            {"attention_backend": "dsa", "cuda_graph_backend_decode": "disabled"},
+            RTX_PRO_6000_MIB,
+        ),
+    },
+    "modelopt-fp4-bf16-shared-expert-fusion": {
+        "positive": ("sm100", "0.5.9", {"quantization": "modelopt_fp4"}, None),
+        "negative": ("sm100", "0.5.23", {"quantization": "modelopt_fp4"}, None),
     },
     "sm90-nvfp4-checkpoint": {
         "positive": ("sm90", "0.5.23", {"quantization": "modelopt_fp4"}, H200_MIB),
@@ -148,7 +184,8 @@ def test_memory_band_and_unknown_memory() -> None:
     finding = next(f for f in unknown if f.id == "sm120-cuda-graph-max-bs-over-256-on-96gb")
     assert finding.gpu_memory_unknown and "GPU memory unknown" in guard([finding], False)[0][0]
     disabled = {"cuda_graph_backend_decode": "disabled", "tp_size": 8}
-    assert not [f for f in match_known_bad(table(), disabled, "sm120", "0.5.9", RTX_PRO_6000_MIB)]
+    ids = [f.id for f in match_known_bad(table(), disabled, "sm120", "0.5.9", RTX_PRO_6000_MIB)]
+    assert "sm120-cuda-graph-max-bs-over-256-on-96gb" not in ids
 
 
 @pytest.mark.parametrize(
@@ -161,6 +198,25 @@ def test_shipped_profiles_are_not_blocked(arch: str, lane: str) -> None:
     )
     blocked, _ = guard(findings, allow_known_bad=False)
     assert blocked == []
+
+
+@pytest.mark.parametrize("lane", ["seed", "current"])
+@pytest.mark.parametrize("backend", sorted(SEED_BACKENDS))
+@pytest.mark.parametrize("left", [None, "auto"])
+def test_a_backend_left_to_sglang_on_sm120_is_refused(lane: str, backend: str, left: str | None) -> None:
+    """Issue 15 item 3: an inventory override that removes one of the six backends (null), or sets it to
+    auto, makes the shipped sm120 profile known-bad (block), naming the backend."""
+    profile = resolve_profile(load_profiles(), "sm120", lane, {backend: left}, lanes=load_lanes())
+    assert (
+        backend in load_profiles()["sm120"]["lanes"][lane]["settings"]
+        or backend in (load_profiles()["sm120"]["common"]["settings"])
+    ), "the shipped profile must state it"
+    findings = match_known_bad(
+        table(), profile["settings"], "sm120", profile["sglang_version"], RTX_PRO_6000_MIB
+    )
+    blocked, _ = guard(findings, allow_known_bad=False)
+    refusal = [m for m in blocked if "sm120-backend-left-to-sglang" in m]
+    assert refusal and backend in refusal[0], blocked
 
 
 def test_seed_settings_on_current_lane_are_blocked() -> None:
