@@ -742,6 +742,23 @@ def auth_problem(status: int) -> str:
     return AUTH_PROBLEM.format(status=status)
 
 
+def combine_answers(verdicts: Sequence[Verdict]) -> tuple[Verdict, int]:
+    """One verdict for a probe sent several times at once (the concurrency probe), and how many of its
+    answers failed. Every answer is judged: the probe passes only when all of them did; a failure quotes the
+    first failed answer's symptoms and says how many of the answers failed. The fields shown (content,
+    finish reason, ...) are those of the first failed answer, else the first answer."""
+    if not verdicts:
+        return _verdict(["no answer was judged"]), 0
+    failed = [(index, verdict) for index, verdict in enumerate(verdicts) if not verdict.passed]
+    shown = failed[0][1] if failed else verdicts[0]
+    fields = {key: value for key, value in shown.to_dict().items() if key not in ("passed", "failures")}
+    if not failed or len(verdicts) == 1:
+        return _verdict(list(shown.failures), **fields), len(failed)
+    first, verdict = failed[0]
+    head = f"{len(failed)} of {len(verdicts)} answers sent at once failed; answer {first + 1}"
+    return _verdict([f"{head}: {'; '.join(verdict.failures)}"], **fields), len(failed)
+
+
 def judge_transport_error(message: str) -> Verdict:
     """A failed verdict for a request that got no HTTP answer at all."""
     return _verdict([message or "no HTTP answer"])

@@ -128,6 +128,13 @@ options:
         C(SIGQUIT received)). Any finding fails the task.
       - Reading another unit's journal needs root or the C(systemd-journal) group, so use C(become).
     type: str
+  concurrency:
+    description:
+      - Send each probe this many times at once, and judge every answer; the probe fails if any answer fails.
+      - Reaches the kernels that only break under a batch of concurrent requests (SM120's CUTLASS FP4 race,
+        flashinfer#2708), which single requests never do. 64 on a GPU fleet; the lab uses a few.
+    type: int
+    default: 1
 attributes:
   check_mode:
     support: full
@@ -231,6 +238,16 @@ probes:
       description: How many times the request was sent (more than 1 only after refused connections or 503).
       type: int
       sample: 1
+    answers:
+      description: How many copies of the probe were sent at once.
+      returned: when concurrency is more than 1
+      type: int
+      sample: 64
+    failed_answers:
+      description: How many of those answers failed.
+      returned: when concurrency is more than 1
+      type: int
+      sample: 0
 journal:
   description: The journal scan, when I(journal_unit) is set.
   returned: when journal_unit is set
@@ -269,6 +286,7 @@ import json
 import threading
 import time
 import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -283,6 +301,7 @@ from ansible.module_utils.inference_judge import (
     ProbeError,
     build_request,
     check_unit_name,
+    combine_answers,
     deadline_problem,
     describe_exception,
     failure_message,
@@ -328,6 +347,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "retry_delay": {"type": "int", "default": DEFAULT_RETRY_DELAY},
     "logprobs": {"type": "bool", "default": True},
     "journal_unit": {"type": "str"},
+    "concurrency": {"type": "int", "default": 1},
 }
 
 
@@ -486,28 +506,39 @@ def main() -> None:
             module.fail_json(msg=f"{url}: {problem}", **result)
     result["model"] = model
 
+    if params["concurrency"] < 1:
+        module.fail_json(msg=f"concurrency must be 1 or more, not {params['concurrency']}", **result)
     for probe in probes:
-        answer = send(
-            "POST",
-            f"{url}/v1/chat/completions",
-            build_request(probe, model, params["logprobs"]),
-            headers,
-            params,
-        )
-        if answer.error is not None:
-            verdict = judge_transport_error(answer.error)
-        else:
-            verdict = judge_response(answer.status, answer.body, probe, logprobs_requested=params["logprobs"])
-        if not verdict.passed and answer.retryable and _gave_up(answer):
-            verdict.failures.append(_gave_up(answer))
-        result["probes"].append(
-            {
-                "name": probe.name,
-                **verdict.to_dict(),
-                "latency_s": answer.latency_s,
-                "attempts": answer.attempts,
-            }
-        )
+        request = build_request(probe, model, params["logprobs"])
+        # The concurrency probe: the same request N times at once, so that kernels that only fail under a
+        # batch (SM120's CUTLASS FP4 race) are reached; every answer is judged.
+        with ThreadPoolExecutor(max_workers=params["concurrency"]) as pool:
+            sent = [
+                pool.submit(send, "POST", f"{url}/v1/chat/completions", request, headers, params)
+                for _ in range(params["concurrency"])
+            ]
+            answers = [future.result() for future in sent]
+        verdicts = []
+        for answer in answers:
+            if answer.error is not None:
+                verdict = judge_transport_error(answer.error)
+            else:
+                verdict = judge_response(
+                    answer.status, answer.body, probe, logprobs_requested=params["logprobs"]
+                )
+            if not verdict.passed and answer.retryable and _gave_up(answer):
+                verdict.failures.append(_gave_up(answer))
+            verdicts.append(verdict)
+        verdict, failed_answers = combine_answers(verdicts)
+        entry = {
+            "name": probe.name,
+            **verdict.to_dict(),
+            "latency_s": max(answer.latency_s for answer in answers),
+            "attempts": max(answer.attempts for answer in answers),
+        }
+        if params["concurrency"] > 1:
+            entry.update(answers=len(answers), failed_answers=failed_answers)
+        result["probes"].append(entry)
 
     journal_failures: list[str] = []
     if params["journal_unit"]:

@@ -955,3 +955,22 @@ def test_fuzz_probe_definitions_raise_only_probe_errors(raw: dict[str, Any]) -> 
         assert str(exc)
     else:
         assert probe.name and probe.messages
+
+
+# --- The concurrency probe
+
+
+def test_combine_answers_passes_only_when_every_answer_passed() -> None:
+    from ansible.module_utils.inference_judge import Verdict, combine_answers
+
+    good = Verdict(passed=True, failures=[], content="4", finish_reason="stop")
+    bad = Verdict(passed=False, failures=["degenerate output '!!!!'"], content="!!!!", finish_reason="length")
+    verdict, failed = combine_answers([good, good, good])
+    assert verdict.passed and failed == 0 and verdict.content == "4"
+    verdict, failed = combine_answers([good, bad, good, bad])
+    assert not verdict.passed and failed == 2 and verdict.content == "!!!!"
+    assert verdict.failures == ["2 of 4 answers sent at once failed; answer 2: degenerate output '!!!!'"]
+    verdict, failed = combine_answers([bad])
+    assert verdict.failures == ["degenerate output '!!!!'"] and failed == 1
+    verdict, failed = combine_answers([])
+    assert not verdict.passed and verdict.failures == ["no answer was judged"]

@@ -214,6 +214,35 @@ def test_nan_model_fails_naming_bangs_and_null_logprobs(
     )
 
 
+def test_the_concurrency_probe_sends_at_once_and_judges_every_answer(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """concurrency 4: four copies of the probe are in flight together (each reply waits 1 s: one after the
+    other they would take 4 s), and one
+    poisoned answer among them fails the probe, counted."""
+    healthy = Reply.capture("healthy_chat_2plus2_greedy")
+    healthy.delay = 1.0
+    poisoned = Reply.capture("nan_lnf__chat_greedy_logprobs")
+    poisoned.delay = 1.0
+    server.script("POST", CHAT, healthy, healthy, poisoned, healthy)
+    args = {"url": server.url, "probes": two_plus_two(), "logprobs": False, "concurrency": 4}
+    started = time.monotonic()
+    result = run(args, capsys)
+    assert time.monotonic() - started < 3.0, "the four requests were not sent at once"
+    assert server.count("POST", CHAT) == 4
+    assert result["rc"] == 1 and not result["passed"]
+    probe = result["probes"][0]
+    assert (probe["answers"], probe["failed_answers"]) == (4, 1)
+    assert (
+        "1 of 4 answers sent at once failed; answer " in result["msg"]
+        and "degenerate output" in result["msg"]
+    )
+    server.script("POST", CHAT, healthy)
+    again = run(args, capsys)
+    assert again["rc"] == 0 and again["probes"][0]["failed_answers"] == 0
+    assert run({**args, "concurrency": 0}, capsys)["msg"] == "concurrency must be 1 or more, not 0"
+
+
 def test_reasoning_cut_by_max_tokens_fails(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
     server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_length_in_reasoning"))
     result = run({"url": server.url, "probes": two_plus_two(max_tokens=4), "logprobs": False}, capsys)
@@ -484,7 +513,18 @@ def test_documented_defaults_match_the_argument_spec() -> None:
         assert documented.get("default") == spec.get("default"), name
     assert MODULE.ARGUMENT_SPEC["api_key"]["no_log"] is True
     assert sorted(MODULE.ARGUMENT_SPEC) == sorted(
-        ["url", "api_key", "model", "probes", "timeout", "retries", "retry_delay", "logprobs", "journal_unit"]
+        [
+            "url",
+            "api_key",
+            "model",
+            "probes",
+            "timeout",
+            "retries",
+            "retry_delay",
+            "logprobs",
+            "journal_unit",
+            "concurrency",
+        ]
     )
 
 
