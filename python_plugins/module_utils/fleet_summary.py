@@ -17,9 +17,8 @@ def _profile(launch: Mapping[str, Any] | None) -> str:
     # The evidence level (resolve_profile) when it is below seed-run: what the operator deploys unproven.
     evidence = launch.get("evidence") or {"level": "untested", "rank": 0}
     proven = evidence.get("rank", 0) >= EVIDENCE_PROVEN
-    return (
-        f"{launch.get('arch')}/{launch.get('lane')}{'' if proven else '(' + str(evidence.get('level')) + ')'}"
-    )
+    suffix = "" if proven else f"({evidence.get('level')})"
+    return f"{launch.get('arch')}/{launch.get('lane')}{suffix}"
 
 
 def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:

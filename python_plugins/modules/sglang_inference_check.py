@@ -298,7 +298,9 @@ from ansible.module_utils.inference_judge import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TIMEOUT,
     FINISH_REASONS,
+    Probe,
     ProbeError,
+    Verdict,
     build_request,
     check_unit_name,
     combine_answers,
@@ -478,6 +480,18 @@ def scan_unit(module: AnsibleModule, unit: str) -> dict[str, Any]:
     return journal
 
 
+def judge_answer(answer: Exchange, probe: Probe, logprobs: bool) -> Verdict:
+    """The verdict on one exchange: its transport error, or the judged answer; a retried request that gave
+    up says so."""
+    if answer.error is not None:
+        verdict = judge_transport_error(answer.error)
+    else:
+        verdict = judge_response(answer.status, answer.body, probe, logprobs_requested=logprobs)
+    if not verdict.passed and answer.retryable and _gave_up(answer):
+        verdict.failures.append(_gave_up(answer))
+    return verdict
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
@@ -490,6 +504,8 @@ def main() -> None:
         module.fail_json(msg=str(exc), **result)
     if not url.startswith(("http://", "https://")):
         module.fail_json(msg=f"url {url!r} must start with http:// or https://", **result)
+    if params["concurrency"] < 1:
+        module.fail_json(msg=f"concurrency must be 1 or more, not {params['concurrency']}", **result)
 
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if params["api_key"]:
@@ -506,8 +522,6 @@ def main() -> None:
             module.fail_json(msg=f"{url}: {problem}", **result)
     result["model"] = model
 
-    if params["concurrency"] < 1:
-        module.fail_json(msg=f"concurrency must be 1 or more, not {params['concurrency']}", **result)
     for probe in probes:
         request = build_request(probe, model, params["logprobs"])
         # The concurrency probe: the same request N times at once, so that kernels that only fail under a
@@ -518,17 +532,7 @@ def main() -> None:
                 for _ in range(params["concurrency"])
             ]
             answers = [future.result() for future in sent]
-        verdicts = []
-        for answer in answers:
-            if answer.error is not None:
-                verdict = judge_transport_error(answer.error)
-            else:
-                verdict = judge_response(
-                    answer.status, answer.body, probe, logprobs_requested=params["logprobs"]
-                )
-            if not verdict.passed and answer.retryable and _gave_up(answer):
-                verdict.failures.append(_gave_up(answer))
-            verdicts.append(verdict)
+        verdicts = [judge_answer(answer, probe, params["logprobs"]) for answer in answers]
         verdict, failed_answers = combine_answers(verdicts)
         entry = {
             "name": probe.name,
