@@ -39,6 +39,10 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
+# The long-context probe comes from the product's own module_utils (pure Python, no Ansible import).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python_plugins" / "module_utils"))
+from long_context import long_context_probe
+
 MODEL_NAME = "glm5-lab-tiny"
 EOS = "<|endoftext|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -91,6 +95,11 @@ def load_examples(probes_file: Path) -> list[tuple[str, str, bool, str]]:
             f"{THINK_START}{reasoning}{THINK_END}{answer['content']}" if thinking else answer["content"]
         )
         out.append((name, probe["prompt"], thinking, completion))
+    if "long_context" in data:
+        # The inference check's own long-context probe at the lab's size (thinking on, as the check sends it).
+        long = long_context_probe(int(data["long_context"]["words"]))
+        completion = f"{THINK_START}{data['long_context']['reasoning']}{THINK_END}{long['answer']}"
+        out.append((long["name"], long["prompt"], True, completion))
     if not out:
         raise SystemExit(f"{probes_file}: no probes")
     return out

@@ -50,6 +50,7 @@ from ansible.module_utils.bench_report import bench_command, bench_target  # noq
 from ansible.module_utils.sglang_flags import (  # noqa: E402
     SglangFlagError,
     evidence_line,
+    lane_toolkit,
     load_lanes,
     load_profiles,
     render_sglang_args,
@@ -148,6 +149,11 @@ def sglang_lane(name: str) -> dict[str, Any]:
     return {"name": str(name), **lanes[str(name)]}
 
 
+def sglang_lane_toolkit(name: str) -> dict[str, str]:
+    """The CUDA toolkit of the lane called name: {release, package, version, home, source}."""
+    return lane_toolkit(sglang_lane(name), where=f"lanes.yml lane {name!r}")
+
+
 def sglang_release_plan(
     lane: str,
     *,
@@ -222,6 +228,7 @@ class FilterModule:
             "sglang_known_bad": _wrap(sglang_known_bad),
             "sglang_known_bad_guard": _wrap(sglang_known_bad_guard),
             "sglang_lane": _wrap(sglang_lane),
+            "sglang_lane_toolkit": _wrap(sglang_lane_toolkit),
             "sglang_release_plan": _wrap(sglang_release_plan),
             "sglang_requirements": _wrap(sglang_requirements),
             "sglang_pip_check_problems": _wrap(sglang_pip_check_problems),

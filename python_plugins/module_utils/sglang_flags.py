@@ -125,6 +125,30 @@ def load_lanes(data_dir: str | None = None) -> dict[str, Any]:
     return dict(load_lanes_file(data_dir)["lanes"])
 
 
+def lane_toolkit(lane: Mapping[str, Any], where: str = "lane") -> dict[str, str]:
+    """The CUDA toolkit a lane runs on: its release (``cuda``, "X.Y"), the apt metapackage and its pinned
+    version (``cuda_toolkit.version``, which must belong to that release), its directory and its source.
+    Two lanes' toolkits live side by side (cuda-toolkit-12-9 in /usr/local/cuda-12.9, 13-0 in cuda-13.0)."""
+    release = str(lane.get("cuda", ""))
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", release):
+        raise SglangFlagError(f"{where}: cuda must be a CUDA release like '13.0', not {release!r}")
+    toolkit = lane.get("cuda_toolkit")
+    if not isinstance(toolkit, Mapping) or not toolkit.get("version") or not toolkit.get("source"):
+        raise SglangFlagError(f"{where}: cuda_toolkit needs a version and a source")
+    version = str(toolkit["version"])
+    if not version.startswith(release + "."):
+        raise SglangFlagError(
+            f"{where}: cuda_toolkit.version {version!r} is not a CUDA {release} release (cuda: {release!r})"
+        )
+    return {
+        "release": release,
+        "package": "cuda-toolkit-" + release.replace(".", "-"),
+        "version": version,
+        "home": f"/usr/local/cuda-{release}",
+        "source": str(toolkit["source"]),
+    }
+
+
 @lru_cache(maxsize=8)
 def load_dialects(data_dir: str | None = None) -> dict[str, dict[str, Any]]:
     """The dialects from lanes.yml, each with its generated ``flags`` table loaded from ``flags_file``."""

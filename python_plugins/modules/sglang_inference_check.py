@@ -135,6 +135,16 @@ options:
         flashinfer#2708), which single requests never do. 64 on a GPU fleet; the lab uses a few.
     type: int
     default: 1
+  long_context_words:
+    description:
+      - Add the long-context probe (module_utils/long_context.py) over this many words of generated filler,
+        one fact planted in the middle and asked for at the end; judged like the others. It is sent once, not
+        C(concurrency) times (64 copies of a 6000-token prompt would fill the KV cache). 0 adds none.
+      - Longer than DeepSeek Sparse Attention's top-k (2048 tokens), so the sparse selection runs; both seed
+        probes are far shorter. 4500 words (about 6000 tokens) on a GPU fleet; the lab's tiny model, with its
+        1024-token context, uses a few hundred.
+    type: int
+    default: 0
 attributes:
   check_mode:
     support: full
@@ -293,6 +303,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.inference_judge import (
     DEFAULT_FINISH_REASON,
     DEFAULT_MAX_TOKENS,
+    DEFAULT_PROBES,
     DEFAULT_RETRIES,
     DEFAULT_RETRY_DELAY,
     DEFAULT_TEMPERATURE,
@@ -319,6 +330,8 @@ from ansible.module_utils.inference_judge import (
     read_answer,
     scan_journal,
 )
+from ansible.module_utils.long_context import NAME as LONG_CONTEXT
+from ansible.module_utils.long_context import LongContextError, with_long_context
 from ansible.module_utils.urls import open_url
 
 PROBE_OPTIONS: dict[str, Any] = {
@@ -350,6 +363,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "logprobs": {"type": "bool", "default": True},
     "journal_unit": {"type": "str"},
     "concurrency": {"type": "int", "default": 1},
+    "long_context_words": {"type": "int", "default": 0},
 }
 
 
@@ -499,8 +513,9 @@ def main() -> None:
     result: dict[str, Any] = {"changed": False, "passed": False, "url": url, "probes": []}
 
     try:
-        probes = normalize_probes(params["probes"])
-    except ProbeError as exc:
+        given = params["probes"] if params["probes"] is not None else [dict(item) for item in DEFAULT_PROBES]
+        probes = normalize_probes(with_long_context(given, params["long_context_words"]) if given else given)
+    except (ProbeError, LongContextError) as exc:
         module.fail_json(msg=str(exc), **result)
     if not url.startswith(("http://", "https://")):
         module.fail_json(msg=f"url {url!r} must start with http:// or https://", **result)
@@ -525,11 +540,12 @@ def main() -> None:
     for probe in probes:
         request = build_request(probe, model, params["logprobs"])
         # The concurrency probe: the same request N times at once, so that kernels that only fail under a
-        # batch (SM120's CUTLASS FP4 race) are reached; every answer is judged.
-        with ThreadPoolExecutor(max_workers=params["concurrency"]) as pool:
+        # batch (SM120's CUTLASS FP4 race) are reached; every answer is judged. The long-context probe: once.
+        copies = 1 if probe.name == LONG_CONTEXT else params["concurrency"]
+        with ThreadPoolExecutor(max_workers=copies) as pool:
             sent = [
                 pool.submit(send, "POST", f"{url}/v1/chat/completions", request, headers, params)
-                for _ in range(params["concurrency"])
+                for _ in range(copies)
             ]
             answers = [future.result() for future in sent]
         verdicts = [judge_answer(answer, probe, params["logprobs"]) for answer in answers]
@@ -540,7 +556,7 @@ def main() -> None:
             "latency_s": max(answer.latency_s for answer in answers),
             "attempts": max(answer.attempts for answer in answers),
         }
-        if params["concurrency"] > 1:
+        if copies > 1:
             entry.update(answers=len(answers), failed_answers=failed_answers)
         result["probes"].append(entry)
 

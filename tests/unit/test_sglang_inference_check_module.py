@@ -242,6 +242,32 @@ def test_the_concurrency_probe_sends_at_once_and_judges_every_answer(
     assert again["rc"] == 0 and again["probes"][0]["failed_answers"] == 0
 
 
+def test_the_long_context_probe_is_sent_once_after_the_others_and_judged(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """long_context_words 300 adds the recall probe: 2+2 goes twice at once, the long prompt once (its planted
+    passphrase in the request), and an answer that is not the passphrase fails it, named."""
+    server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_greedy"))
+    args = {"url": server.url, "probes": two_plus_two(), "logprobs": False, "concurrency": 2}
+    result = run({**args, "long_context_words": 300}, capsys)
+    bodies = server.bodies(CHAT)
+    assert len(bodies) == 3
+    long_prompt = bodies[2]["messages"][0]["content"]
+    assert len(long_prompt.split()) >= 300 and "The passphrase is tamarind." in long_prompt
+    assert [probe["name"] for probe in result["probes"]] == ["2+2", "long-context"]
+    assert result["rc"] == 1 and "answers" not in result["probes"][1]
+    assert "1 of 2 probes failed: probe 'long-context': content '4' does not match expect" in result["msg"]
+
+
+@pytest.mark.parametrize("words", [-1, 10, 49])
+def test_a_long_context_too_short_is_refused_before_any_request(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str], words: int
+) -> None:
+    result = run({"url": server.url, "probes": two_plus_two(), "long_context_words": words}, capsys)
+    assert result["rc"] == 1 and server.count("POST", CHAT) == 0
+    assert f"long_context_words must be a whole number of 50 or more, not {words}" in result["msg"]
+
+
 def test_reasoning_cut_by_max_tokens_fails(server: FakeSglang, capsys: pytest.CaptureFixture[str]) -> None:
     server.script("POST", CHAT, Reply.capture("healthy_chat_2plus2_length_in_reasoning"))
     result = run({"url": server.url, "probes": two_plus_two(max_tokens=4), "logprobs": False}, capsys)
@@ -524,6 +550,7 @@ def test_documented_defaults_match_the_argument_spec() -> None:
             "logprobs",
             "journal_unit",
             "concurrency",
+            "long_context_words",
         ]
     )
 

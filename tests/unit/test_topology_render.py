@@ -62,3 +62,23 @@ def test_only_rank_0_is_registered_with_the_router(units: dict[str, str], replic
     assert replicas["node-a"] == {"leader": True, "url": "http://10.0.0.5:30000"}
     assert replicas["node-b"] == {"leader": True, "url": "http://10.0.0.7:30000"}
     assert replicas["node-c"] == {"leader": False, "url": "http://10.0.0.7:30000"}
+
+
+def test_the_unit_has_nvidia_modprobe_make_the_devices_with_full_privileges(units: dict[str, str]) -> None:
+    """Before each start, '+' (full privileges) nvidia-modprobe loads nvidia with the eight GPUs' device nodes
+    and nvidiactl (minor 255), then nvidia-uvm with /dev/nvidia-uvm; the server itself keeps no privilege."""
+    lines = units["node-a"].splitlines()
+    pre = [line for line in lines if line.startswith("ExecStartPre=")]
+    gpus = " ".join(f"-c={minor}" for minor in range(8))
+    assert pre == [
+        f"ExecStartPre=+/usr/bin/nvidia-modprobe -c=255 {gpus}",
+        "ExecStartPre=+/usr/bin/nvidia-modprobe -u -c=0",
+    ]
+    assert lines.index(pre[-1]) < next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    kept = ["NoNewPrivileges=yes", "CapabilityBoundingSet=", "DevicePolicy=closed"]
+    for setting in [*kept, "DeviceAllow=char-nvidia-uvm rw"]:
+        assert setting in lines, setting
+
+
+def test_no_nvidia_modprobe_when_the_node_makes_its_devices_otherwise(units: dict[str, str]) -> None:
+    assert not [line for line in units["node-c"].splitlines() if line.startswith("ExecStartPre=")]

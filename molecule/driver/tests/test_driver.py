@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 DRIVER = "580.159.04"
-PACKAGES = ["nvidia-open", "nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced"]
+PACKAGES = [
+    "nvidia-open",
+    "nvidia-kernel-open-dkms",
+    "nvidia-driver-cuda",
+    "nvidia-persistenced",
+    "nvidia-modprobe",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -52,6 +58,8 @@ def test_host_settings(host) -> None:
     assert "iommu=pt" in host.file("/etc/default/grub.d/90-glm5-iommu.cfg").content_string
 
 
-def test_cuda_toolkit(host) -> None:
-    assert host.package("cuda-toolkit-13-0").version == "13.0.2-1"
-    assert "release 13.0," in host.check_output("/usr/local/cuda-13.0/bin/nvcc --version")
+@pytest.mark.parametrize(("release", "version"), [("12.9", "12.9.1-1"), ("13.0", "13.0.2-1")])
+def test_each_lanes_cuda_toolkit_side_by_side(host, release: str, version: str) -> None:
+    """converge installed the seed lane's toolkit (12.9), side_effect the current lane's (13.0) beside it."""
+    assert host.package("cuda-toolkit-" + release.replace(".", "-")).version == version
+    assert f"release {release}," in host.check_output(f"/usr/local/cuda-{release}/bin/nvcc --version")

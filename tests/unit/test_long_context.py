@@ -1,0 +1,70 @@
+"""The long-context probe: a passphrase planted in the middle of generated filler, asked for at the end."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from ansible.module_utils.inference_judge import DEFAULT_PROBES, normalize_probes
+from ansible.module_utils.long_context import (
+    GPU_WORDS,
+    NAME,
+    LongContextError,
+    long_context_probe,
+    with_long_context,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+# DeepSeek Sparse Attention's top-k (GLM-5's index_topk): the sparse selection only runs past it.
+DSA_TOPK = 2048
+
+
+@given(st.integers(min_value=50, max_value=3000))
+def test_the_probe_is_deterministic_and_plants_its_passphrase_in_the_middle(words: int) -> None:
+    probe = long_context_probe(words)
+    assert probe == long_context_probe(words)
+    text, question = probe["prompt"].split("\n\n")
+    assert question == "What is the passphrase written above? Answer with the word only."
+    fact = f"The passphrase is {probe['answer']}."
+    assert text.count(fact) == 1 and text.count("passphrase") == 1
+    before, after = text.split(fact)
+    assert abs(len(before.split()) - len(after.split())) <= 12, "the fact is not in the middle"
+    assert words <= len(text.split()) <= words + 12
+
+
+@given(st.integers(min_value=50, max_value=2000))
+def test_expect_takes_the_passphrase_alone_and_nothing_else(words: int) -> None:
+    probe = long_context_probe(words)
+    secret = probe["answer"]
+    for right in (secret, f" {secret}.", f"**{secret}**"):
+        assert re.search(probe["expect"], right), right
+    for wrong in ("4", f"The passphrase is {secret}", f"{secret} {secret}", "!!!!", ""):
+        assert not re.search(probe["expect"], wrong), wrong
+
+
+def test_the_gpu_size_is_past_the_sparse_top_k() -> None:
+    """4500 words of filler: every word is at least one token, so the prompt is past DSA's top-k of 2048 even
+    before the tokenizer splits numbers and punctuation (about 6000 tokens with GLM-5's)."""
+    prompt = long_context_probe(GPU_WORDS)["prompt"]
+    assert len(re.findall(r"\w+|[^\w\s]", prompt)) > 2 * DSA_TOPK
+
+
+@pytest.mark.parametrize("words", [0, 49, -5, True, 300.0, "300"])
+def test_an_unusable_size_is_refused(words: object) -> None:
+    with pytest.raises(LongContextError, match="long_context_words must be a whole number of 50 or more"):
+        long_context_probe(words)  # type: ignore[arg-type]
+
+
+def test_with_long_context_adds_a_probe_the_module_accepts() -> None:
+    probes = with_long_context([dict(item) for item in DEFAULT_PROBES], 300)
+    assert [probe["name"] for probe in probes] == [*(item["name"] for item in DEFAULT_PROBES), NAME]
+    assert "answer" not in probes[-1]
+    normalized = normalize_probes(probes)
+    assert normalized[-1].name == NAME and normalized[-1].expect == long_context_probe(300)["expect"]
+    assert with_long_context(list(DEFAULT_PROBES), 0) == list(DEFAULT_PROBES)
+
+
+def test_a_probe_already_called_long_context_is_refused() -> None:
+    with pytest.raises(LongContextError, match="already called 'long-context'"):
+        with_long_context([{"name": NAME, "prompt": "x"}], 300)
