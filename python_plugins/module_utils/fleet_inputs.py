@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ansible.module_utils.inference_judge import ProbeError, normalize_probe
+from ansible.module_utils.long_context import MIN_WORDS as LONG_CONTEXT_MIN_WORDS
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -236,6 +237,7 @@ POSITIVE_SUFFIXES = (
     "_recover_after",
     "_failure_threshold",
     "_max_workers",
+    "_concurrency",
 )
 # Retries may be 0: one attempt, none repeated.
 NON_NEGATIVE_SUFFIXES = ("_retries",)
@@ -333,7 +335,8 @@ def url_problems(name: str, value: Any, *, directory_ok: bool = False) -> list[s
 
 def number_problems(name: str, value: Any) -> list[str]:
     """Durations, intervals and counts (by the end of their name) that must be more than 0 (retries: 0 or
-    more). A value that is not a number is left to the argument spec."""
+    more; the long-context probe's words: 0 or at least its minimum). A value that is not a number is left
+    to the argument spec."""
     number = _number(value)
     if number is None:
         return []
@@ -341,6 +344,11 @@ def number_problems(name: str, value: Any) -> list[str]:
         return [f"{name} must be positive (more than 0), got {_shown(value)}"]
     if name.endswith(NON_NEGATIVE_SUFFIXES) and number < 0:
         return [f"{name} must be 0 or more, got {_shown(value)}"]
+    if name.endswith("_long_context_words") and number != 0 and number < LONG_CONTEXT_MIN_WORDS:
+        return [
+            f"{name} must be 0 (no long-context probe) or {LONG_CONTEXT_MIN_WORDS} words or more, "
+            f"got {_shown(value)}"
+        ]
     return []
 
 

@@ -54,6 +54,11 @@ CASES = [
     # Types and choices, from the roles' argument specs.
     Case("port-not-an-int", ("sglang_server_port",), {"sglang_server_port": "thirty"}),
     Case("bool-not-a-bool", ("sglang_server_start",), {"sglang_server_start": "maybe"}),
+    Case(
+        "long-context-too-short",
+        ("sglang_validate_long_context_words",),
+        {"sglang_validate_long_context_words": 10},
+    ),
     Case("settings-not-a-mapping", ("sglang_settings",), {"sglang_settings": "tp_size=8"}),
     Case("environment-not-a-mapping", ("sglang_server_environment",), {"sglang_server_environment": ["A=1"]}),
     Case(

@@ -448,6 +448,9 @@ def test_a_repository_with_a_trailing_line_break_is_not_org_name() -> None:
         ("sglang_guard_fail_after", 0, "must be positive"),
         ("sglang_router_health_failure_threshold", 0, "must be positive"),
         ("sglang_validate_retries", -1, "must be 0 or more"),
+        ("sglang_validate_concurrency", 0, "must be positive"),
+        ("sglang_validate_long_context_words", 49, "must be 0 (no long-context probe) or 50 words or more"),
+        ("sglang_validate_long_context_words", -1, "must be 0 (no long-context probe) or 50 words or more"),
     ],
 )
 def test_durations_and_counts(name: str, value: Any, words: str) -> None:
@@ -459,6 +462,9 @@ def test_durations_and_counts(name: str, value: Any, words: str) -> None:
     ("name", "value"),
     [
         ("sglang_validate_retries", 0),
+        ("sglang_validate_long_context_words", 0),
+        ("sglang_validate_long_context_words", 50),
+        ("sglang_validate_concurrency", 64),
         ("sglang_server_health_timeout", 900),
         ("model_checkpoint_poll_interval", "10"),
         ("sglang_server_port", 0),  # not a duration: port_problems' to judge
