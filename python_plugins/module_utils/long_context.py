@@ -5,8 +5,8 @@ shorter than that never runs the sparse selection: both seed probes are. Public 
 DSA models come from long prompts (docs/hardware-validation.md). This probe plants one fact in the middle of
 ``words`` words of filler and asks for it at the end, so the answer depends on attention reaching far back.
 
-Pure and deterministic: the same ``words`` gives the same prompt and answer, on the controller, in the module
-and in the lab's model training (lab/model/train_tiny_model.py imports this file to learn the lab's size).
+Pure and deterministic: the same ``words`` gives the same prompt and answer wherever it is built, on the
+controller, in the module, and for a test model trained to answer it.
 """
 
 from __future__ import annotations
