@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Lab only: where a command's CPU goes on this machine, sampled while it runs (make test, a deploy, a bench).
+
+    python lab/bench/cpu_profile.py [--interval 30] [--window 300] [--out FILE.json] -- CMD...
+
+Every --interval seconds it records the machine's busy and idle CPU (/proc/stat), each podman container's CPU
+(its cgroup v1 cpuacct.usage under libpod_parent, by container name) and the CPU of lab/bin/background's
+cgroup (make test's checks half, on the control node). When CMD ends it prints, and writes to --out (default
+build/bench/cpu-profile.json), the CPU seconds per group (lab nodes, lab-gateway, the container scenarios'
+containers, the checks half, the rest of the control node) in all and per --window seconds, and exits with
+CMD's exit code. A benchmark, not a test: nothing is asserted about time. The summary is pure (summarize,
+below; tests/unit/test_cpu_profile.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PODMAN_CGROUPS = Path("/sys/fs/cgroup/cpuacct/libpod_parent")
+BACKGROUND = "background"
+BACKGROUND_CGROUP = Path("/sys/fs/cgroup/cpuacct/glm5-background/cpuacct.usage")
+REST = "control node (the rest)"
+
+# time, busy s, idle s, CPU s by container name (or BACKGROUND)
+Sample = tuple[float, float, float, dict[str, float]]
+
+
+def group(name: str) -> str:
+    """The group a sampled counter belongs to."""
+    if name == BACKGROUND:
+        return "checks half (control node)"
+    if name.startswith("glm5-lab-gpu-node-"):
+        return "lab nodes"
+    if name.startswith("glm5-lab-"):
+        return "lab-gateway"
+    if name.startswith("glm5-mol-"):
+        return "scenario containers"
+    return f"container {name}"
+
+
+def summarize(samples: Sequence[Sample], window: float = 300) -> dict[str, Any]:
+    """CPU seconds per group in all and per window, from cumulative samples.
+
+    A counter that first appears in a sample counts from zero (a container made since the last sample); one
+    that goes down was reset (a container made again under the same name) and counts from zero again. The
+    control node's rest is the machine's busy time that no counter explains."""
+    if len(samples) < 2:
+        raise ValueError("at least two samples are needed")
+    start = samples[0][0]
+    totals: Counter[str] = Counter()
+    windows: dict[int, Counter[str]] = {}
+    for (_, busy0, idle0, seen0), (now, busy, idle, seen) in itertools.pairwise(samples):
+        slot = windows.setdefault(int((now - start - 1e-9) // window), Counter())
+        delta = {"busy": busy - busy0, "idle": idle - idle0}
+        explained = 0.0
+        for name, value in seen.items():
+            before = seen0.get(name, 0.0)
+            used = value - before if value >= before else value
+            delta[group(name)] = delta.get(group(name), 0.0) + used
+            explained += used
+        delta[REST] = delta["busy"] - explained
+        for key, value in delta.items():
+            totals[key] += value
+            slot[key] += value
+    return {
+        "seconds": samples[-1][0] - start,
+        "window": window,
+        "totals": {k: round(v, 1) for k, v in totals.most_common()},
+        "windows": [
+            {"start": int(i * window), **{k: round(v, 1) for k, v in slot.items()}}
+            for i, slot in sorted(windows.items())
+        ],
+    }
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as text: totals, then one line per window."""
+    totals = summary["totals"]
+    lines = [f"{summary['seconds']:.0f} s sampled: CPU seconds by group"]
+    lines += [f"  {name:32s} {value:9.0f}" for name, value in totals.items()]
+    keys = [k for k in totals if k not in ("busy", "idle")]
+    lines.append("window (min) " + " ".join(f"{k[:12]:>12s}" for k in ["busy", "idle", *keys]))
+    for slot in summary["windows"]:
+        cells = " ".join(f"{slot.get(k, 0.0):12.0f}" for k in ["busy", "idle", *keys])
+        lines.append(f"{slot['start'] // 60:12d} {cells}")
+    return "\n".join(lines)
+
+
+def _cpu_seconds(path: Path) -> float | None:
+    try:
+        return int(path.read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def sample() -> Sample:
+    """One reading of the machine, the containers and the checks half's cgroup."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(v) / 100 for v in fields]
+    busy, idle = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6], ticks[3] + ticks[4]
+    shown = subprocess.run(
+        ["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    seen: dict[str, float] = {}
+    for line in shown.splitlines():
+        cid, _, name = line.partition(" ")
+        used = _cpu_seconds(PODMAN_CGROUPS / f"libpod-{cid}" / "cpuacct.usage")
+        if used is not None:
+            seen[name] = used
+    background = _cpu_seconds(BACKGROUND_CGROUP)
+    if background is not None:
+        seen[BACKGROUND] = background
+    return time.time(), busy, idle, seen
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interval", type=float, default=30)
+    parser.add_argument("--window", type=float, default=300)
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench" / "cpu-profile.json")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to profile after --")
+    samples = [sample()]
+    done = threading.Event()
+
+    def sampler() -> None:
+        while not done.wait(args.interval):
+            samples.append(sample())
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    try:
+        rc = subprocess.call(command)
+    finally:
+        done.set()
+        thread.join()
+        samples.append(sample())
+    summary = {"command": command, "rc": rc, **summarize(samples, args.window)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(render(summary))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

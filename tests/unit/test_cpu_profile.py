@@ -1,0 +1,56 @@
+"""The lab's CPU profiler (lab/bench/cpu_profile.py): how cumulative samples become CPU seconds per group."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab" / "bench"))
+
+import cpu_profile  # noqa: E402
+
+
+def test_groups_name_the_lab_the_scenarios_and_the_checks_half() -> None:
+    assert cpu_profile.group("glm5-lab-gpu-node-6") == "lab nodes"
+    assert cpu_profile.group("glm5-lab-lab-gateway") == "lab-gateway"
+    assert cpu_profile.group("glm5-mol-runtime-node") == "scenario containers"
+    assert cpu_profile.group(cpu_profile.BACKGROUND) == "checks half (control node)"
+    assert cpu_profile.group("something-else") == "container something-else"
+
+
+def test_deltas_per_group_and_the_unexplained_rest_goes_to_the_control_node() -> None:
+    samples = [
+        (0.0, 100.0, 50.0, {"glm5-lab-gpu-node-1": 10.0, "glm5-lab-gpu-node-2": 20.0}),
+        (30.0, 150.0, 60.0, {"glm5-lab-gpu-node-1": 25.0, "glm5-lab-gpu-node-2": 30.0, "background": 5.0}),
+    ]
+    summary = cpu_profile.summarize(samples)
+    assert summary["seconds"] == 30.0
+    # busy 50: nodes 15 + 10, the checks half 5 (a counter that appears counts from zero), the rest 20.
+    assert summary["totals"] == {
+        "busy": 50.0,
+        "lab nodes": 25.0,
+        "control node (the rest)": 20.0,
+        "idle": 10.0,
+        "checks half (control node)": 5.0,
+    }
+
+
+def test_a_container_made_again_counts_from_zero_and_windows_split_the_run() -> None:
+    samples = [
+        (0.0, 0.0, 0.0, {"glm5-mol-x": 40.0}),
+        (200.0, 10.0, 0.0, {"glm5-mol-x": 45.0}),
+        (400.0, 20.0, 0.0, {"glm5-mol-x": 3.0}),  # removed and made again: 3 s of the new one
+    ]
+    summary = cpu_profile.summarize(samples, window=300)
+    assert summary["totals"]["scenario containers"] == 8.0
+    assert [(w["start"], w["scenario containers"]) for w in summary["windows"]] == [(0, 5.0), (300, 3.0)]
+    text = cpu_profile.render(summary)
+    assert "scenario containers" in text and text.splitlines()[0] == "400 s sampled: CPU seconds by group"
+
+
+def test_one_sample_is_refused() -> None:
+    with pytest.raises(ValueError, match="two samples"):
+        cpu_profile.summarize([(0.0, 0.0, 0.0, {})])
