@@ -1,30 +1,46 @@
-"""Load the Jinja2 filter and test plugins once, in the controller's main process.
+"""Load the Jinja2 filter and test plugins, and the connection, shell and become plugins, once, in the
+controller's main process.
 
-Ansible runs each task of each host in a process forked from the main one. A Jinja2 plugin that the main
-process has not loaded is loaded again in every such process: the project's filter plugins and the
-module_utils they import cost about 55 ms of controller CPU per host and task (docs/measurements.md,
-issue 16). Loaded here once, before the first fork, every task inherits them.
+Ansible runs each task of each host in a process forked from the main one. A plugin that the main process has
+not loaded is loaded again in every such process:
+- the project's filter plugins and the module_utils they import cost about 55 ms of controller CPU per host
+  and task (docs/measurements.md, issue 16);
+- a connection plugin named by its FQCN (`ansible_connection: ansible.builtin.ssh`, as the lab's inventory
+  has it) has its configuration read again in every task, by parsing its DOCUMENTATION YAML with its
+  fragments: ansible-core's main process loads the configuration of the short names only (ssh). That was
+  about a tenth of a no-op site.yml's controller CPU (docs/measurements.md, issue 16, fifth part). The shell
+  and become plugins are preloaded by their FQCNs for the same reason.
+Loaded here once, before the first fork, every task inherits them.
 """
 
 from __future__ import annotations
 
 from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import filter_loader, test_loader
+from ansible.plugins.loader import become_loader, connection_loader, filter_loader, shell_loader, test_loader
+
+# The connection, shell and become plugins a run of this project uses: ssh to the nodes (the lab's too), local
+# for the controller's own tasks, sh on every host, sudo where production's inventory sets become.
+PRELOADED = (
+    (connection_loader, ("ansible.builtin.ssh", "ansible.builtin.local")),
+    (shell_loader, ("ansible.builtin.sh",)),
+    (become_loader, ("ansible.builtin.sudo",)),
+)
 
 DOCUMENTATION = """
 name: glm5_preload
 type: aggregate
-short_description: Load the Jinja2 filter and test plugins once, before tasks fork
+short_description: Load the Jinja2, connection, shell and become plugins once, before tasks fork
 description:
-  - Loads every filter and test plugin in the main process, so that the per-task worker processes inherit them
-    instead of loading them again for each host and task.
+  - Loads every filter and test plugin, and the ssh, local, sh and sudo plugins with their configuration, in
+    the main process, so that the per-task worker processes inherit them instead of loading them again for
+    each host and task.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
 """
 
 
 class CallbackModule(CallbackBase):
-    """Preloads the Jinja2 plugins; prints nothing."""
+    """Preloads the plugins; prints nothing."""
 
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -35,3 +51,6 @@ class CallbackModule(CallbackBase):
         for loader in (filter_loader, test_loader):
             for _plugin in loader.all():
                 pass
+        for loader, names in PRELOADED:
+            for name in names:
+                loader.get(name, class_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -41,3 +42,49 @@ def test_without_the_callback_each_task_loads_them_again(tmp_path: Path, monkeyp
     monkeypatch.setenv("ANSIBLE_DEBUG", "1")
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
     assert len(fleet_loads(tmp_path)) == 3
+
+
+# Three hosts on a closed loopback port, with the connection named by its FQCN as the lab's inventory and
+# molecule's do: each task's worker loads the ssh connection plugin, then fails to connect at once
+# (unreachable, ignored). ansible-core's main process loads the short names' configuration (ssh), not the
+# FQCN's.
+SSH_PLAY = """
+- hosts: all
+  gather_facts: false
+  ignore_unreachable: true
+  tasks:
+    - name: Reach each host over ssh
+      ansible.builtin.ping:
+"""
+
+
+def ssh_config_loads(tmp_path: Path) -> list[str]:
+    """Each time a process read the ssh connection plugin's configuration (its DOCUMENTATION) in a play of one
+    task on three hosts."""
+    inventory = tmp_path / "hosts.yml"
+    hosts = {
+        f"h{n}": {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ansible.builtin.ssh"}
+        for n in range(3)
+    }
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    play = tmp_path / "play.yml"
+    play.write_text(SSH_PLAY)
+    run = ansible_playbook("-i", str(inventory), str(play))
+    assert "h2" in run.stdout and "UNREACHABLE" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    return re.findall(
+        r"Loaded config def from plugin \(connection/\S+\.connection\.ssh\)", run.stdout + run.stderr
+    )
+
+
+def test_the_ssh_plugin_config_is_read_once_before_the_tasks_fork(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANSIBLE_DEBUG", "1")
+    monkeypatch.setenv("ANSIBLE_SSH_RETRIES", "0")
+    assert len(ssh_config_loads(tmp_path)) == 1
+
+
+def test_without_the_callback_each_task_reads_the_ssh_config_again(tmp_path: Path, monkeypatch) -> None:
+    """The control: every host's worker parses the ssh plugin's documentation itself."""
+    monkeypatch.setenv("ANSIBLE_DEBUG", "1")
+    monkeypatch.setenv("ANSIBLE_SSH_RETRIES", "0")
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
+    assert len(ssh_config_loads(tmp_path)) == 3
