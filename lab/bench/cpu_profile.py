@@ -109,12 +109,15 @@ def sample() -> Sample:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     ticks = [int(v) / 100 for v in fields]
     busy, idle = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6], ticks[3] + ticks[4]
-    shown = subprocess.run(
-        ["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    try:
+        shown = subprocess.run(
+            ["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    except OSError:  # a fresh machine: make installs podman during the command
+        shown = ""
     seen: dict[str, float] = {}
     for line in shown.splitlines():
         cid, _, name = line.partition(" ")
