@@ -21,7 +21,7 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks checks-beside lint unit parser integration molecule bench clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -69,7 +69,7 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 # what both halves share, so the checks run in the background of the CPU (lab/bin/background: nice 10 in a
 # low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's waits
 # instead of slowing the half that decides how long make test takes.
-checks: lint unit parser molecule ## lint, unit, parser, then the container scenarios (beside integration in make test).
+checks: lint unit parser refusals molecule ## lint, unit, parser, refusals, then the container scenarios (beside integration in make test).
 
 checks-beside:
 	lab/bin/background $(MAKE) --no-print-directory -j1 checks
@@ -88,9 +88,12 @@ unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 
+refusals: venv ## pytest: the bad inputs the inputs play refuses on the controller (site.yml at -vvv, no lab host needed).
+	$(BIN)/python -m pytest tests/integration -q -m controller
+
 integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, validate, rolling, rollback.
 	time $(BIN)/molecule test -s default
-	time $(BIN)/python -m pytest tests/integration -q --durations=25
+	time $(BIN)/python -m pytest tests/integration -q -m 'not controller' --durations=25
 	time $(BIN)/molecule test -s validate
 	time $(BIN)/molecule test -s rolling
 	time $(BIN)/molecule test -s rollback

@@ -1,10 +1,14 @@
 """Bad inputs against the lab: site.yml must refuse each one before any host changes, naming the variable.
 
-Every case runs the real site.yml at -vvv through ansible-runner against the converged lab, a few cases at a
-time (they change nothing, so they cannot disturb one another). A case passes when
-the run fails, no task reported a change, no task ran outside the two checking plays (inputs and preflight),
-a failure message names the variable (or group) to fix, and no secret is in the output (neither the lab's nor
-one the case gives).
+Every case runs the real site.yml at -vvv through ansible-runner with the lab's inventory, a few cases at a
+time (they change nothing, so they cannot disturb one another). A case passes when the run fails, no task
+reported a change, no task ran outside the checking plays, a failure message names the variable (or group) to
+fix, and no secret is in the output (neither the lab's nor one the case gives).
+
+Most cases are refused by the inputs play, which runs on the controller and connects to no host: those must
+run no task outside that play, need no lab host, and run in make test's checks half (marker `controller`).
+The cases the nodes refuse (preflight asks the hub, reads the node's OS and GPUs, resolves the launch from
+the data on the node: `on_nodes`) run against the converged lab, with the integration tests.
 """
 
 from __future__ import annotations
@@ -17,10 +21,8 @@ import pytest
 import yaml
 from conftest import ROOT, Run, leaks, run_playbook_in
 
-CHECKING_PLAYS = {
-    "Check the inventory's inputs before anything changes",
-    "Preflight checks on the GPU nodes, before anything changes",
-}
+INPUTS_PLAY = "Check the inventory's inputs before anything changes"
+CHECKING_PLAYS = {INPUTS_PLAY, "Preflight checks on the GPU nodes, before anything changes"}
 ONE_NODE = "gpu-node-1:lab-gateway"
 BAD_REVISION = "0123456789abcdef0123456789abcdef01234567"
 PROBE = {"name": "four", "prompt": "What is 2+2? Answer briefly.", "max_tokens": 256}
@@ -36,6 +38,7 @@ class Case:
     hosts: dict[str, Any] | None = None  # an inventory (hosts.yml) that replaces the lab's groups
     limit: str = ONE_NODE
     hidden: tuple[str, ...] = ()  # values the case gives that must appear nowhere in the output
+    on_nodes: bool = False  # refused in preflight, on the nodes (needs the lab), not by the inputs play
 
 
 def lab_hosts(**groups: Any) -> dict[str, Any]:
@@ -59,7 +62,7 @@ CASES = [
         ("sglang_validate_long_context_words",),
         {"sglang_validate_long_context_words": 10},
     ),
-    Case("settings-not-a-mapping", ("sglang_settings",), {"sglang_settings": "tp_size=8"}),
+    Case("settings-not-a-mapping", ("sglang_settings",), {"sglang_settings": "tp_size=8"}, on_nodes=True),
     Case("environment-not-a-mapping", ("sglang_server_environment",), {"sglang_server_environment": ["A=1"]}),
     Case(
         "disk-floor-not-a-number", ("preflight_min_free_disk_gib",), {"preflight_min_free_disk_gib": "lots"}
@@ -88,22 +91,37 @@ CASES = [
     Case("empty-revision", ("model_checkpoint_revision",), {"model_checkpoint_revision": ""}),
     # The hub is asked from the node: a repository or a revision it does not have.
     Case(
-        "missing-model-repo", ("model_checkpoint_repo",), {"model_checkpoint_repo": "glm5-lab/no-such-model"}
+        "missing-model-repo",
+        ("model_checkpoint_repo",),
+        {"model_checkpoint_repo": "glm5-lab/no-such-model"},
+        on_nodes=True,
     ),
-    Case("missing-revision", ("model_checkpoint_revision",), {"model_checkpoint_revision": BAD_REVISION}),
+    Case(
+        "missing-revision",
+        ("model_checkpoint_revision",),
+        {"model_checkpoint_revision": BAD_REVISION},
+        on_nodes=True,
+    ),
     # The launch, resolved from the data on the node.
-    Case("tp-larger-than-gpus", ("preflight_tp_size", "8 GPU(s)"), {"preflight_tp_size": 16}),
-    Case("tp-does-not-divide", ("preflight_tp_size", "does not divide"), {"preflight_tp_size": 3}),
+    Case("tp-larger-than-gpus", ("preflight_tp_size", "8 GPU(s)"), {"preflight_tp_size": 16}, on_nodes=True),
+    Case(
+        "tp-does-not-divide",
+        ("preflight_tp_size", "does not divide"),
+        {"preflight_tp_size": 3},
+        on_nodes=True,
+    ),
     Case(
         "unknown-backend",
         ("sglang_settings.attention_backend", "choices"),
         {"sglang_settings": {"attention_backend": "warp_drive"}},
+        on_nodes=True,
     ),
-    Case("unknown-flag", ("sglang_settings.tp_sise",), {"sglang_settings": {"tp_sise": 8}}),
+    Case("unknown-flag", ("sglang_settings.tp_sise",), {"sglang_settings": {"tp_sise": 8}}, on_nodes=True),
     Case(
         "malformed-json-setting",
         ("sglang_settings.json_model_override_args", "not valid JSON"),
         {"sglang_settings": {"json_model_override_args": '{"rope_scaling": '}},
+        on_nodes=True,
     ),
     Case(
         "known-bad-combination",
@@ -113,9 +131,13 @@ CASES = [
             "sglang_lane": "seed",
             "sglang_settings": {"dsa_decode_backend": "flashmla_kv"},
         },
+        on_nodes=True,
     ),
     Case(
-        "unsupported-os", ("preflight_supported_os", "debian12"), {"preflight_supported_os": ["ubuntu2404"]}
+        "unsupported-os",
+        ("preflight_supported_os", "debian12"),
+        {"preflight_supported_os": ["ubuntu2404"]},
+        on_nodes=True,
     ),
     # Inputs mean what they say. sglang_settings: keys the roles own (aliases included), values that would be
     # flags of their own on the command line, sglang's ranges, tp_size against preflight's GPU count.
@@ -304,6 +326,7 @@ CASES = [
             }
         ),
         limit="",
+        on_nodes=True,
     ),
 ]
 
@@ -319,6 +342,11 @@ def failure_text(run: Run) -> str:
     return "\n".join(parts)
 
 
+CONTROLLER_CASES = [case for case in CASES if not case.on_nodes]
+NODE_CASES = [case for case in CASES if case.on_nodes]
+
+
+@pytest.mark.controller
 def test_the_suite_has_at_least_50_cases() -> None:
     assert len(CASES) >= 50
     assert len({c.name for c in CASES}) == len(CASES)
@@ -329,10 +357,9 @@ def test_the_suite_has_at_least_50_cases() -> None:
 WORKERS = 4
 
 
-@pytest.fixture(scope="module")
-def refusals(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> dict[str, Run]:
-    """Every case's site.yml run at -vvv, WORKERS at a time, by case name."""
-    places = {case.name: tmp_path_factory.mktemp(case.name) for case in CASES}
+def refuse_all(cases: list[Case], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Each case's site.yml run at -vvv, WORKERS at a time, by case name."""
+    places = {case.name: tmp_path_factory.mktemp(case.name) for case in cases}
 
     def refuse(case: Case) -> Run:
         tmp_path = places[case.name]
@@ -354,22 +381,49 @@ def refusals(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> dict[str
         )
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        return dict(zip(places, pool.map(refuse, CASES), strict=True))
+        return dict(zip(places, pool.map(refuse, cases), strict=True))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_bad_input_is_refused_before_any_change(case: Case, refusals: dict[str, Run]) -> None:
-    run = refusals[case.name]
+@pytest.fixture(scope="module")
+def controller_refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """The inputs play's cases: no lab host needed."""
+    return refuse_all(CONTROLLER_CASES, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def node_refusals(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> dict[str, Run]:
+    """The cases the nodes refuse, against the converged lab."""
+    return refuse_all(NODE_CASES, tmp_path_factory)
+
+
+def check_refused(case: Case, run: Run, plays: set[str]) -> None:
+    """The run failed before any change, ran tasks only in ``plays``, named what to fix, showed no secret."""
     assert run.status == "failed", f"{case.name}: the run was not refused"
     assert "task path:" in run.stdout, "no -vvv output"
     assert leaks(run.stdout) == [], f"{case.name}: a secret in the -vvv output"
     shown = [value for value in case.hidden if value in run.stdout]
     assert not shown, f"{case.name}: the value(s) {shown} in the -vvv output"
     ran = [e["event_data"] for e in run.events if e.get("event", "").startswith("runner_on_")]
-    outside = sorted({d.get("play", "") for d in ran} - CHECKING_PLAYS)
+    outside = sorted({d.get("play", "") for d in ran} - plays)
     assert not outside, f"{case.name}: tasks ran past the checks, in {outside}; stats {run.stats}"
     changed = [f"{d['host']}: {d.get('task')}" for d in ran if (d.get("res") or {}).get("changed")]
     assert not changed, f"{case.name}: changed before the refusal: {changed}"
     text = failure_text(run)
+    failed = [
+        (e["event_data"].get("host"), e["event_data"].get("task"), str(e["event_data"].get("res", {}))[:1500])
+        for e in run.events
+        if e.get("event") in ("runner_on_failed", "runner_item_on_failed")
+    ]
     for word in case.names:
-        assert word in text, f"{case.name}: the refusal does not name {word!r}:\n{text[:3000]}"
+        assert word in text, f"{case.name}: the refusal does not name {word!r}; failed: {failed}"
+
+
+@pytest.mark.controller
+@pytest.mark.parametrize("case", CONTROLLER_CASES, ids=lambda c: c.name)
+def test_bad_input_is_refused_on_the_controller(case: Case, controller_refusals: dict[str, Run]) -> None:
+    check_refused(case, controller_refusals[case.name], {INPUTS_PLAY})
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=lambda c: c.name)
+def test_bad_input_is_refused_before_any_change(case: Case, node_refusals: dict[str, Run]) -> None:
+    check_refused(case, node_refusals[case.name], CHECKING_PLAYS)
