@@ -21,7 +21,7 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -105,6 +105,9 @@ molecule: lab-artifacts ## molecule test for each container scenario (validate, 
 
 bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite docs/benchmarks.md (BENCH_FIGURES=P1,P3 for some).
 	$(BIN)/python lab/bench/suite.py $(if $(BENCH_FIGURES),--figures $(BENCH_FIGURES))
+
+docs: venv ## Rewrite the variable tables of each role's README from its meta/argument_specs.yml.
+	$(BIN)/python docs/role_readme.py
 
 clean: lab-down ## Take the lab down and remove the venv.
 	rm -rf $(VENV)

@@ -1,17 +1,21 @@
-"""Every role documents every default: in meta/argument_specs.yml (with the same value) and in the README."""
+"""Every role documents every default: in meta/argument_specs.yml (with the same value) and in its README,
+whose variable tables docs/role_readme.py generates from that spec (a stale README fails here)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
+import role_readme
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "defaults" / "main.yml").exists())
-README = (ROOT / "README.md").read_text()
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -40,10 +44,50 @@ def test_every_default_is_in_the_argument_spec_with_its_value(role: Path) -> Non
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
-def test_every_default_is_in_the_readme(role: Path) -> None:
+def test_every_default_is_in_the_roles_readme(role: Path) -> None:
     defaults = load(role / "defaults" / "main.yml")
-    missing = sorted(name for name in defaults if f"`{name}`" not in README)
-    assert not missing, f"README.md does not document {role.name} variables: {missing}"
+    readme = (role / "README.md").read_text()
+    missing = sorted(name for name in defaults if f"| `{name}` |" not in readme)
+    assert not missing, f"{role.name}/README.md does not document: {missing}"
+
+
+@pytest.mark.parametrize("role", sorted(p for p in (ROOT / "roles").iterdir()), ids=lambda p: p.name)
+def test_the_roles_readme_tables_are_generated_from_its_spec(role: Path) -> None:
+    """The README's generated part is exactly what docs/role_readme.py renders now (run `make docs`)."""
+    readme = (role / "README.md").read_text()
+    assert role_readme.BEGIN in readme and role_readme.END in readme, f"{role.name}: no generated part"
+    assert role_readme.updated(readme, role_readme.role_part(role)) == readme, f"{role.name}: run `make docs`"
+
+
+def test_the_generator_renders_types_defaults_and_secrets() -> None:
+    specs = {
+        "main": {
+            "short_description": "A role.",
+            "options": {
+                "a_port": {"type": "int", "default": 80, "description": "The port."},
+                "a_key": {
+                    "type": "str",
+                    "default": "",
+                    "no_log": True,
+                    "description": ["Two", "parts | piped."],
+                },
+                "a_host": {"type": "str", "description": "Templated."},
+                "a_mode": {"type": "str", "choices": ["x", "y"], "required": True, "description": "Mode."},
+                "a_list": {"type": "list", "elements": "str", "default": ["a", "b"], "description": "L."},
+            },
+        },
+        "extra": {"short_description": "Another entry point.", "options": {}},
+    }
+    part = role_readme.render(specs, {"a_host": "{{ ansible_host | default('x') }}"})
+    assert "| `a_port` | int | `80` | The port. |" in part
+    assert '| `a_key` | str | `""` (secret: never shown) | Two parts \\| piped. |' in part
+    assert "| `a_host` | str | `{{ ansible_host \\| default('x') }}` | Templated. |" in part
+    assert "| `a_mode` | str (`x`, `y`) | required | Mode. |" in part
+    assert "| `a_list` | list of str | `[a, b]` | L. |" in part
+    assert "extra" not in part  # an entry point without options has no table
+    readme = "# r\n\nWhat it does.\n"
+    once = role_readme.updated(readme, part)
+    assert once.startswith(readme.rstrip("\n")) and role_readme.updated(once, part) == once
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
