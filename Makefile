@@ -21,7 +21,7 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-.PHONY: help deps venv image lab-artifacts lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,7 +43,12 @@ $(VENV)/.installed: requirements/control.txt requirements/control.lock
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image
 
-lab-artifacts: deps venv image ## Build the lab's cached artifacts when missing: ssh key, apt repos, wheelhouse, tiny model, HF mirror.
+lab-artifacts: deps venv ## Build the lab's cached artifacts when missing: ssh key, apt repos, wheelhouse, tiny model, HF mirror.
+	@mkdir -p $(GLM5_CACHE)
+	flock $(GLM5_CACHE)/.lab-artifacts.lock $(MAKE) --no-print-directory lab-artifacts-locked
+
+# One build at a time: both halves of make test need the artifacts, and the second waits for the first.
+lab-artifacts-locked: image
 	lab/bin/lab-ssh-key
 	lab/bin/build-apt-repo
 	lab/bin/build-wheelhouse >/dev/null
@@ -60,15 +65,16 @@ lab-down: venv ## Remove the lab's containers, network and volumes (and nothing 
 deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_NODES GPU nodes, default 3).
 	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
-test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, molecule's containers).
-	$(MAKE) --no-print-directory lab-artifacts
+test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, refusals, molecule's containers).
+	$(MAKE) --no-print-directory deps venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks-beside
 
-# The lab fleet's suite is the longest: it starts at once (lab-up first), and the checks that need no lab host
-# run beside it, one after the other, then the scenarios with their own containers. The machine's cores are
-# what both halves share, so the checks run in the background of the CPU (lab/bin/background: nice 10 in a
-# low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's waits
-# instead of slowing the half that decides how long make test takes.
+# The lab fleet's suite is the longest: it starts at once (the lab's artifacts, then lab-up), and the checks run
+# beside it, one after the other: lint, unit and parser need no artifact, so on a fresh machine they run while
+# the artifacts build; refusals and the scenarios with their own containers wait for them (lab-artifacts). The
+# machine's cores are what both halves share, so the checks run in the background of the CPU (lab/bin/background:
+# nice 10 in a low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's
+# waits instead of slowing the half that decides how long make test takes.
 checks: lint unit parser refusals molecule ## lint, unit, parser, refusals, then the container scenarios (beside integration in make test).
 
 checks-beside:
@@ -88,7 +94,7 @@ unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 
-refusals: venv ## pytest: the bad inputs the inputs play refuses on the controller (site.yml at -vvv, no lab host needed).
+refusals: lab-artifacts ## pytest: the bad inputs the inputs play refuses on the controller (site.yml at -vvv, no lab host needed).
 	$(BIN)/python -m pytest tests/integration -q -m controller
 
 integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, validate, rolling, rollback.
