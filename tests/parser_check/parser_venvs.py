@@ -1,6 +1,6 @@
 """Cached per-version sglang venvs for the real-parser check, and the generator of sglang_cli/<version>.json.
 
-Layout under ~/.cache/glm5-deploy/parser-venvs/ (GLM5_PARSER_VENV_CACHE overrides it):
+Layout under $GLM5_CACHE (~/.cache/glm5-deploy)/parser-venvs/ (GLM5_PARSER_VENV_CACHE overrides it):
 
 - ``_base/``: one venv with torch and the light packages sglang imports while it builds its parser. It is
   shared: every version venv sees it through a .pth file, so torch is installed once.
@@ -67,7 +67,7 @@ BASE_PACKAGES = [
 
 
 def cache_dir() -> Path:
-    default = Path.home() / ".cache" / "glm5-deploy" / "parser-venvs"
+    default = Path(os.environ.get("GLM5_CACHE") or Path.home() / ".cache" / "glm5-deploy") / "parser-venvs"
     return Path(os.environ.get("GLM5_PARSER_VENV_CACHE", default))
 
 
