@@ -32,6 +32,9 @@ deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh)
 	  echo "apt: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# Package lists that know Debian's prometheus, before make test's halves start: lint's promtool and the
+	@# artifacts' debian-extra both read it, and two apt-get updates at once would fight over apt's lock.
+	@apt-cache show prometheus >/dev/null 2>&1 || { echo "apt: updating the package lists"; apt-get update -qq; }
 
 venv: $(VENV)/.installed ## Install the pinned control-node toolchain into .venv.
 
@@ -94,6 +97,7 @@ unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 
+# refusals needs the artifacts, not the lab: the lab inventory's values read the HF mirror's revisions.
 refusals: lab-artifacts ## pytest: the bad inputs the inputs play refuses on the controller (site.yml at -vvv, no lab host needed).
 	$(BIN)/python -m pytest tests/integration -q -m controller
 

@@ -6,7 +6,7 @@ its type, its default (the spec's, else the templated expression of defaults/mai
 argument_specs is the one source: `ansible-doc -t role`, the inputs check and these tables read it.
 
     python docs/role_readme.py           # rewrite the generated part of every role's README
-    python docs/role_readme.py --check   # exit 1 naming each README that is stale (make lint runs it)
+    python docs/role_readme.py --check   # exit 1 naming each stale README (make unit checks the same)
 """
 
 from __future__ import annotations
