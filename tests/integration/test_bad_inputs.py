@@ -89,11 +89,13 @@ CASES = [
     ),
     Case("repo-not-org-name", ("model_checkpoint_repo",), {"model_checkpoint_repo": "GLM-5-NVFP4"}),
     Case("empty-revision", ("model_checkpoint_revision",), {"model_checkpoint_revision": ""}),
-    # The hub is asked from the node: a repository or a revision it does not have.
+    # The hub is asked from the node: a repository or a revision it does not have. The missing repository is
+    # pinned with a revision, as an inventory would: the lab's default revision is the mirror's own for the
+    # repository, which an unknown repository does not have (the inputs play failed on that instead).
     Case(
         "missing-model-repo",
         ("model_checkpoint_repo",),
-        {"model_checkpoint_repo": "glm5-lab/no-such-model"},
+        {"model_checkpoint_repo": "glm5-lab/no-such-model", "model_checkpoint_revision": BAD_REVISION},
         on_nodes=True,
     ),
     Case(
@@ -426,4 +428,8 @@ def test_bad_input_is_refused_on_the_controller(case: Case, controller_refusals:
 
 @pytest.mark.parametrize("case", NODE_CASES, ids=lambda c: c.name)
 def test_bad_input_is_refused_before_any_change(case: Case, node_refusals: dict[str, Run]) -> None:
-    check_refused(case, node_refusals[case.name], CHECKING_PLAYS)
+    run = node_refusals[case.name]
+    check_refused(case, run, CHECKING_PLAYS)
+    # The split holds both ways: a case the inputs play refuses belongs with the controller's cases.
+    failed = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_failed"}
+    assert INPUTS_PLAY not in failed, f"{case.name}: refused by the inputs play; mark it on_nodes=False"
