@@ -11,6 +11,7 @@
     {{ sglang_settings | sglang_settings_problems(nnodes, replica, preflight_tp_size) }} -> [problem, ...]
     {{ ports | sglang_low_port_problems(units, roles_dir) }}            -> [problem, ...]
     {{ admin_key | sglang_admin_key_problems(var) }}                    -> [problem, ...] (never the key)
+    {{ groups | sglang_key_sharing_problems(hostvars) }}                 -> [problem, ...] (never a key)
 
 Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py).
 """
@@ -28,13 +29,16 @@ if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
 from ansible.module_utils.fleet_inputs import (  # noqa: E402
+    KEY_DOORS,
     admin_key_problems,
     bind_problems,
     checkpoint_problems,
     gpu_problems,
+    key_sharing_problems,
     lost_gpu_problems,
     low_port_problems,
     os_problems,
+    passthrough_key_problems,
     port_problems,
     secret_problems,
     settings_problems,
@@ -116,6 +120,27 @@ def sglang_admin_key_problems(key: Any, var: str) -> list[str]:
     return admin_key_problems(key, var=str(var))
 
 
+# Which hosts hold each key: the nodes' keys on sglang_nodes, the router's on sglang_router.
+_KEY_HOLDERS = {
+    "sglang_router_api_key": "sglang_router",
+    "sglang_server_api_key": "sglang_nodes",
+    "sglang_server_admin_api_key": "sglang_nodes",
+    "sglang_router_admin_key": "sglang_router",
+}
+
+
+def sglang_key_sharing_problems(groups: Mapping[str, Any], hostvars: Any) -> list[str]:
+    """key_sharing_problems and passthrough_key_problems over the values the inventory gives each key on the
+    hosts that hold it (a key the inventory does not set has its role default: empty, or the nodes' key)."""
+    keys = {
+        name: [hostvars[host][name] for host in groups.get(holder, []) if name in hostvars[host]]
+        for name, holder in _KEY_HOLDERS.items()
+    }
+    return key_sharing_problems({name: keys[name] for name in KEY_DOORS}) + passthrough_key_problems(
+        keys["sglang_router_api_key"], keys["sglang_server_api_key"]
+    )
+
+
 class FilterModule:
     """Input checks of glm5-deploy."""
 
@@ -133,4 +158,5 @@ class FilterModule:
             "sglang_settings_problems": sglang_settings_problems,
             "sglang_low_port_problems": sglang_low_port_problems,
             "sglang_admin_key_problems": sglang_admin_key_problems,
+            "sglang_key_sharing_problems": sglang_key_sharing_problems,
         }

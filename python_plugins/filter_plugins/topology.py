@@ -15,6 +15,8 @@
     {{ v1_loads_answer | sglang_in_flight }} -> requests running or waiting on an sglang server
     {{ hostvars | sglang_server_bind_host(inventory_hostname) }} -> the address the server binds to
     {{ hostvars | sglang_server_local_url(inventory_hostname) }} -> its URL from its own machine
+    {{ hostvars | sglang_host_addresses(hosts) }} -> each host's address (below)
+    {{ topology | sglang_replica_peers(inventory_hostname) }} -> the other hosts of its replica
 
 A node's address, for its peers and the router: sglang_server_advertise_host, else ansible_host, else its
 name. The server binds to sglang_server_host, else that address (never 0.0.0.0 unless asked).
@@ -43,6 +45,7 @@ from ansible.module_utils.fleet_topology import (  # noqa: E402
     in_flight_requests,
     node_settings,
     registration_plan,
+    replica_peers,
     replica_topology,
     rolling_batches,
     worker_url,
@@ -101,6 +104,15 @@ def sglang_server_bind_host(hostvars: Any, host: str) -> str:
     return str(hostvars[host].get("sglang_server_host") or _address(hostvars, host))
 
 
+def sglang_host_addresses(hostvars: Any, hosts: Sequence[str]) -> list[str]:
+    """Each host's address as the others reach it (sglang_server_advertise_host, ansible_host, its name)."""
+    return [_address(hostvars, str(h)) for h in hosts]
+
+
+def sglang_replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
+    return replica_peers(topology, str(host))
+
+
 def sglang_server_local_url(hostvars: Any, host: str) -> str:
     """The URL that reaches ``host``'s server from ``host`` itself (a wildcard bind: on loopback)."""
     port = hostvars[host].get("sglang_server_port") or DEFAULT_PORT
@@ -142,4 +154,6 @@ class FilterModule:
             "sglang_in_flight": sglang_in_flight,
             "sglang_server_bind_host": sglang_server_bind_host,
             "sglang_server_local_url": sglang_server_local_url,
+            "sglang_host_addresses": sglang_host_addresses,
+            "sglang_replica_peers": sglang_replica_peers,
         }

@@ -77,6 +77,49 @@ def bind_problems(bind_host: str, api_key: str, *, host_var: str, key_var: str) 
     ]
 
 
+# The fleet's keys, each of which opens one door (docs/security.md).
+KEY_DOORS = {
+    "sglang_server_api_key": "the API: clients through the router, the router, the guard and the checks",
+    "sglang_server_admin_api_key": "the nodes' admin endpoints",
+    "sglang_router_admin_key": "the router's control plane",
+}
+
+
+def key_sharing_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
+    """Two doors with one key: ``keys`` maps each key variable to the values the inventory's hosts give it;
+    a value held by two variables is refused, naming both (never the value). Empty values are not keys."""
+    held = {name: {str(v) for v in values if str(v or "")} for name, values in keys.items()}
+    problems = []
+    names = list(held)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            if held[first] & held[second]:
+                one, other = (f"{n} ({KEY_DOORS.get(n, 'a key')})" for n in (first, second))
+                problems.append(
+                    f"{one} and {other} "
+                    "hold the same value: each key opens one door, so a holder of one could open the other. "
+                    "Give each its own value from a vault (the values are not shown)"
+                )
+    return problems
+
+
+def passthrough_key_problems(router_keys: Iterable[str], node_keys: Iterable[str]) -> list[str]:
+    """The router's clients' key must be the nodes' API key: smg 1.13 forwards the client's Authorization
+    header to the worker in place of the key the worker was registered with (smg's
+    header_utils.extract_auth_header; the fix, sgl-project/sglang#27048, was closed unmerged), so any other
+    value fails every request (401). Never shows a key."""
+    router = {str(k) for k in router_keys if str(k or "")}
+    node = {str(k) for k in node_keys if str(k or "")}
+    if router <= node:
+        return []
+    return [
+        "sglang_router_api_key differs from sglang_server_api_key: smg 1.13 forwards the client's "
+        "Authorization header to the worker in place of the worker's own key, so every request through the "
+        "router would be refused (401). Leave sglang_router_api_key unset (it defaults to "
+        "sglang_server_api_key); the values are not shown"
+    ]
+
+
 REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -493,10 +536,9 @@ ROLE_OWNED_SETTINGS = {
     "served_model_name": "set sglang_server_served_model_name",
     "api_key": "set sglang_server_api_key (from a vault; the role passes it in a file, not as an argument)",
     "admin_api_key": (
-        "a key on sglang's command line is readable by every local user, so the role passes only "
-        "sglang_server_api_key, in a file"
+        "set sglang_server_admin_api_key (from a vault; the role passes it in a file, not as an argument)"
     ),
-    "config": "the role passes --config itself (the file with sglang_server_api_key)",
+    "config": "the role passes --config itself (the file with sglang_server_api_key and its admin key)",
     "nnodes": "put the replica's nodes in an inventory group sglang_replica_<name> (nnodes is its size)",
     "node_rank": "a node's rank is its place in its sglang_replica_<name> group (rank 0 first)",
     "dist_init_addr": "it is rank 0's sglang_server_advertise_host with sglang_server_dist_port",

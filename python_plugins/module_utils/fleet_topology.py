@@ -73,6 +73,15 @@ def replica_topology(
     return {"replicas": replicas, "hosts": by_host}
 
 
+def replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
+    """The other hosts of ``host``'s replica (none for a one-node replica or a host outside the topology)."""
+    place = topology["hosts"].get(host)
+    if place is None:
+        return []
+    (replica,) = [r for r in topology["replicas"] if r["leader"] == place["leader"]]
+    return [h for h in replica["hosts"] if h != host]
+
+
 def node_settings(
     topology: Mapping[str, Any], host: str, leader_address: str, dist_port: int
 ) -> dict[str, Any]:

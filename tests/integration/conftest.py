@@ -27,6 +27,7 @@ _LAB_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml
 _ROUTER_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "sglang_router.yml").read_text())
 SECRETS = {
     "sglang_server_api_key": _LAB_VARS["sglang_server_api_key"],
+    "sglang_server_admin_api_key": _LAB_VARS["sglang_server_admin_api_key"],
     "model_checkpoint_hf_token": _LAB_VARS["model_checkpoint_hf_token"],
     "sglang_router_admin_key": _ROUTER_VARS["sglang_router_admin_key"],
 }
@@ -155,6 +156,10 @@ def adhoc(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Callable[..
 
 NAN_NODE = "gpu-node-3"
 NAN_REPO = "glm5-lab/glm5-lab-tiny-nan"
+# A node whose host firewall table is deleted by hand before that run (an operator's `nft flush ruleset`): the
+# run must load it again (test_security.py).
+FLUSHED_NODE = "gpu-node-2"
+FIREWALL_LOAD_TASK = "Load the firewall (again when its ruleset or unit changed, or its table was gone)"
 
 
 def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -183,6 +188,38 @@ def router_admin(path: str, body: dict[str, Any] | None = None) -> dict[str, Any
     return json.loads(shown.stdout)
 
 
+HTTP_FROM = """
+import json, sys, urllib.error, urllib.request
+url, method, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+key, body = sys.stdin.read().split(chr(10), 1)
+headers = {"Content-Type": "application/json"} | ({"Authorization": "Bearer " + key} if key else {})
+request = urllib.request.Request(url, data=body.encode() or None, headers=headers, method=method)
+try:
+    answer = urllib.request.urlopen(request, timeout=timeout)
+    print(answer.status); print(answer.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code); print(e.read().decode())
+except OSError as e:
+    print(0); print(e)
+"""
+
+
+def http_from(
+    host: str, url: str, key: str = "", method: str = "GET", body: Any = None, timeout: float = 10
+) -> tuple[int, str]:
+    """One HTTP request from inside a lab host's container, with the lab key named ``key`` (a SECRETS name; on
+    stdin, on no command line): the status (0 when the connection fails or times out) and the body."""
+    shown = subprocess.run(
+        ["podman", "exec", "-i", f"glm5-lab-{host}", "python3", "-c", HTTP_FROM, url, method, str(timeout)],
+        input=(SECRETS[key] if key else "") + "\n" + (json.dumps(body) if body is not None else ""),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    status, _, text = shown.stdout.partition("\n")
+    return int(status), text
+
+
 def router_workers() -> dict[str, dict[str, Any]]:
     """The router's workers by URL."""
     return {w["url"].rstrip("/"): w for w in router_admin("/workers").get("workers") or []}
@@ -191,11 +228,13 @@ def router_workers() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="session")
 def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[tuple[Run, float]]:
     """site.yml at -vvv with NAN_NODE's checkpoint set to the NaN copy (its own inventory's host_vars), and
-    when it started. Afterwards NAN_NODE serves the inventory's model again (restore_nan_node)."""
+    when it started; FLUSHED_NODE's firewall table deleted by hand before it. Afterwards NAN_NODE serves the
+    inventory's model again (restore_nan_node)."""
     inventory = tmp_path_factory.mktemp("nan-inventory") / "lab"
     shutil.copytree(ROOT / "inventory" / "lab", inventory, symlinks=True)
     (inventory / "host_vars").mkdir(exist_ok=True)
     (inventory / "host_vars" / f"{NAN_NODE}.yml").write_text(f"model_checkpoint_repo: {NAN_REPO}\n")
+    lab(FLUSHED_NODE, "nft delete table inet glm5_deploy")
     started = time.time()
     run = run_playbook_in(tmp_path_factory.mktemp("nan-site"), "site.yml", inventory=inventory, verbosity=3)
     yield run, started

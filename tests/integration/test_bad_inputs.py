@@ -87,6 +87,35 @@ CASES = [
         ("sglang_server_host", "sglang_server_api_key"),
         {"sglang_server_host": "0.0.0.0", "sglang_server_api_key": ""},
     ),
+    Case(
+        "open-bind-without-admin-key",
+        ("sglang_server_host", "sglang_server_admin_api_key"),
+        {"sglang_server_admin_api_key": ""},
+    ),
+    Case(
+        "open-router-without-key",
+        ("sglang_router_host", "sglang_router_api_key"),
+        {"sglang_router_api_key": ""},
+    ),
+    # Each key opens one door: the API key must not open the nodes' admin endpoints (named both, the value
+    # never shown).
+    Case(
+        "two-doors-one-key",
+        ("sglang_server_admin_api_key", "sglang_server_api_key", "one door"),
+        {
+            "sglang_server_admin_api_key": "glm5-shared-key-not-a-secret",
+            "sglang_server_api_key": "glm5-shared-key-not-a-secret",
+        },
+        hidden=("glm5-shared-key-not-a-secret",),
+    ),
+    # smg passes the client's Authorization header through to the worker: a router key of its own would fail
+    # every request through the router.
+    Case(
+        "router-key-not-the-nodes-key",
+        ("sglang_router_api_key", "sglang_server_api_key", "smg 1.13 forwards"),
+        {"sglang_router_api_key": "glm5-other-key-not-a-secret"},
+        hidden=("glm5-other-key-not-a-secret",),
+    ),
     Case("repo-not-org-name", ("model_checkpoint_repo",), {"model_checkpoint_repo": "GLM-5-NVFP4"}),
     Case("empty-revision", ("model_checkpoint_revision",), {"model_checkpoint_revision": ""}),
     # The hub is asked from the node: a repository or a revision it does not have. The missing repository is

@@ -12,7 +12,20 @@ import subprocess
 import time
 
 import pytest
-from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, leaks, router_admin, router_workers
+from conftest import (
+    FIREWALL_LOAD_TASK,
+    FLUSHED_NODE,
+    LAB_NODES,
+    NAN_NODE,
+    ROOT,
+    SECRETS,
+    Run,
+    http_from,
+    lab,
+    leaks,
+    router_admin,
+    router_workers,
+)
 
 PATTERNS_FILE = "/root/.glm5-leak-patterns"
 UNITS = {
@@ -248,9 +261,71 @@ def test_the_units_reference_the_key_files_only(adhoc) -> None:
         assert (stat["mode"], stat["pw_name"], stat["gr_name"]) == ("0640", "root", "sglang"), host
 
 
-def test_readme_warns_that_health_and_metrics_are_open() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert "unauthenticated" in readme.lower() and "firewall" in readme.lower()
+# What each key opens (docs/security.md), asked from lab-gateway (the router's host). A node's admin
+# endpoints: /flush_cache (harmless: it empties the prefix cache) and /update_weights_from_disk (asked with a
+# path that does not exist, so even an accepted call would change nothing; only refusals are expected here).
+NODE = "http://gpu-node-1:30000"
+ROUTER = "http://127.0.0.1:30000"
+NO_WEIGHTS = {"model_path": "/nonexistent/glm5-no-weights"}
+ASK = {"model": "/var/lib/sglang/models/glm5-lab-tiny", "messages": [{"role": "user", "content": "2+2?"}],
+       "max_tokens": 1}  # fmt: skip
+API, NODE_ADMIN, ROUTER_ADMIN = (
+    "sglang_server_api_key",
+    "sglang_server_admin_api_key",
+    "sglang_router_admin_key",
+)
+DOORS = [
+    # (what, url, method, body, key -> expected status)
+    ("node /v1", f"{NODE}/v1/models", "GET", None, {"": 401, API: 200, NODE_ADMIN: 401, ROUTER_ADMIN: 401}),
+    ("node cache flush", f"{NODE}/flush_cache", "POST", None, {"": 401, API: 401, NODE_ADMIN: 200}),
+    ("node weight update", f"{NODE}/update_weights_from_disk", "POST", NO_WEIGHTS, {API: 401}),
+    ("router /v1", f"{ROUTER}/v1/chat/completions", "POST", ASK, {"": 401, ROUTER_ADMIN: 401, API: 200}),
+    ("router admin API", f"{ROUTER}/workers", "GET", None, {"": 401, API: 401, ROUTER_ADMIN: 200}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "url", "method", "body", "expected"), DOORS, ids=[d[0] for d in DOORS])
+def test_each_key_opens_one_door(what: str, url: str, method: str, body, expected: dict[str, int]) -> None:
+    got = {key: http_from("lab-gateway", url, key, method, body)[0] for key in expected}
+    assert got == expected, what
+
+
+def test_what_the_api_key_reads_through_the_router_is_what_the_security_page_says() -> None:
+    """docs/security.md, "What the API key reads": smg proxies /get_server_info to a worker with the caller's
+    header, and sglang 0.5.23 answers it with its keys (resolved arguments and launch command). This keeps the
+    page true: when smg or sglang stops, this fails and the page changes with it."""
+    status, text = http_from("lab-gateway", f"{ROUTER}/get_server_info", API)
+    assert status == 200 and SECRETS[NODE_ADMIN] in text
+    assert http_from("lab-gateway", f"{ROUTER}/get_server_info")[0] == 401
+    page = (ROOT / "docs" / "security.md").read_text()
+    assert "/get_server_info" in page and "sglang 0.5.23" in page
+
+
+def test_the_host_firewall_drops_another_node_and_serves_the_router() -> None:
+    """gpu-node-1's server port from gpu-node-2 (not its peer, not the router): dropped, so the request times
+    out; the same request from lab-gateway (the router and the guard) is served. The rendezvous port is
+    dropped even for lab-gateway (only a replica's peers may reach it)."""
+    dropped = http_from("gpu-node-2", f"{NODE}/health", timeout=3)
+    served = http_from("lab-gateway", f"{NODE}/health")
+    rendezvous = http_from("lab-gateway", "http://gpu-node-1:20000/", timeout=3)
+    assert dropped[0] == 0 and "timed out" in dropped[1], dropped
+    assert served[0] == 200, served
+    assert rendezvous[0] == 0 and "timed out" in rendezvous[1], rendezvous
+
+
+def test_a_deleted_firewall_table_is_loaded_again_by_the_next_run(verbose_run) -> None:
+    """conftest.nan_site deleted FLUSHED_NODE's table before the run (an operator's `nft flush ruleset`)."""
+    run, _ = verbose_run
+    loaded = run.results(FIREWALL_LOAD_TASK)
+    assert set(loaded) == {FLUSHED_NODE} and loaded[FLUSHED_NODE]["changed"], sorted(loaded)
+    for host in LAB_NODES:
+        table = lab(host, "nft list table inet glm5_deploy", check=False)
+        assert table.returncode == 0 and "counter" in table.stdout, (host, table.stderr)
+
+
+def test_the_security_page_warns_that_health_and_metrics_are_open() -> None:
+    page = (ROOT / "docs" / "security.md").read_text()
+    assert "unauthenticated" in page.lower() and "firewall" in page.lower()
 
 
 def test_secret_values_are_not_in_the_repository_outside_the_lab_inventory() -> None:

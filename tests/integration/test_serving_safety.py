@@ -170,8 +170,9 @@ def loadgen() -> Callable[[], dict]:
 
 def swap_weights(poison: bool) -> float:
     """By hand, outside Ansible: gpu-node-3's running server loads the NaN copy's weights from disk (or the
-    healthy ones again) through sglang's /update_weights_from_disk, with the node's key (on stdin, on no
-    command line). No restart: the server keeps its port and /health. Returns when the swap was asked."""
+    healthy ones again) through sglang's /update_weights_from_disk, with the node's admin key (on stdin, on
+    no command line: the one key that admin endpoint accepts, test_security.py). No restart: the server keeps
+    its port and /health. Returns when the swap was asked."""
     script = (
         "import json, sys, urllib.request;"
         f"r = urllib.request.Request('{url(NAN_NODE)}/update_weights_from_disk',"
@@ -184,7 +185,7 @@ def swap_weights(poison: bool) -> float:
     weights = NAN_DIR if poison else HEALTHY_DIR
     shown = subprocess.run(
         ["podman", "exec", "-i", f"glm5-lab-{NAN_NODE}", "python3", "-c", script, weights],
-        input=SECRETS["sglang_server_api_key"],
+        input=SECRETS["sglang_server_admin_api_key"],
         capture_output=True,
         text=True,
     )

@@ -8,8 +8,10 @@ from ansible.module_utils.fleet_inputs import (
     connect_host,
     gpu_problems,
     is_loopback,
+    key_sharing_problems,
     lost_gpu_problems,
     os_problems,
+    passthrough_key_problems,
     port_problems,
     secret_problems,
     spec_inputs,
@@ -213,3 +215,40 @@ def test_checkpoint_problems() -> None:
     (revision,) = checkpoint_problems("nvidia/GLM-5-NVFP4", "  ")
     assert revision.startswith("model_checkpoint_revision is empty")
     assert checkpoint_problems("", "", source_path="/mnt/nfs/glm5") == []
+
+
+def test_two_doors_with_one_key_are_refused_naming_both_and_never_the_value() -> None:
+    keys = {
+        "sglang_server_api_key": ["node-key-0123456789", "shared-0123456789"],
+        "sglang_server_admin_api_key": ["shared-0123456789"],
+        "sglang_router_admin_key": ["router-admin-0123456789"],
+    }
+    (problem,) = key_sharing_problems(keys)
+    assert "sglang_server_api_key" in problem and "sglang_server_admin_api_key" in problem
+    assert "shared-0123456789" not in problem and "one door" in problem
+
+
+def test_distinct_or_empty_keys_pass() -> None:
+    keys = {
+        "sglang_server_api_key": ["b-0123456789"],
+        "sglang_server_admin_api_key": [""],
+        "sglang_router_admin_key": ["", "c-0123456789"],
+    }
+    assert key_sharing_problems(keys) == []
+
+
+@given(st.lists(st.sampled_from(["k1", "k2", "k3", ""]), min_size=4, max_size=4))
+def test_a_problem_for_every_pair_sharing_a_value(values: list[str]) -> None:
+    names = ["w", "x", "y", "z"]
+    problems = key_sharing_problems({n: [v] for n, v in zip(names, values, strict=True)})
+    pairs = [(a, b) for i, a in enumerate(values) for b in values[i + 1 :] if a and a == b]
+    assert len(problems) == len(pairs)
+
+
+def test_the_routers_key_must_be_the_nodes_key_while_smg_passes_the_clients_header_through() -> None:
+    (problem,) = passthrough_key_problems(["client-0123456789"], ["node-0123456789"])
+    assert (
+        "smg 1.13 forwards" in problem and "client-0123456789" not in problem and "node-0123" not in problem
+    )
+    assert passthrough_key_problems(["node-0123456789"], ["node-0123456789"]) == []
+    assert passthrough_key_problems([""], ["node-0123456789"]) == []  # an open router sends the worker's key

@@ -49,7 +49,7 @@ def settings(values: dict[str, Any], **kwargs: Any) -> list[str]:
         ("model_path", "set sglang_server_model_path"),
         ("served_model_name", "set sglang_server_served_model_name"),
         ("api_key", "set sglang_server_api_key"),
-        ("admin_api_key", "sglang_server_api_key"),
+        ("admin_api_key", "sglang_server_admin_api_key"),
         ("config", "--config itself"),
         ("nnodes", "sglang_replica_<name>"),
         ("node_rank", "sglang_replica_<name>"),
