@@ -53,6 +53,7 @@ lab-artifacts: deps venv ## Build the lab's cached artifacts when missing: ssh k
 # One build at a time: both halves of make test need the artifacts, and the second waits for the first.
 lab-artifacts-locked: image
 	lab/bin/lab-ssh-key
+	lab/bin/lab-tls >/dev/null
 	lab/bin/build-apt-repo
 	lab/bin/build-wheelhouse >/dev/null
 	lab/bin/build-wheelhouse smg-1.13.0 >/dev/null

@@ -17,6 +17,7 @@
     {{ hostvars | sglang_server_local_url(inventory_hostname) }} -> its URL from its own machine
     {{ hostvars | sglang_host_addresses(hosts) }} -> each host's address (below)
     {{ topology | sglang_replica_peers(inventory_hostname) }} -> the other hosts of its replica
+    {{ hostvars | sglang_router_endpoint(router_host) }} -> {url, ca_path, ca_file} on the router's own host
 
 A node's address, for its peers and the router: sglang_server_advertise_host, else ansible_host, else its
 name. The server binds to sglang_server_host, else that address (never 0.0.0.0 unless asked).
@@ -48,6 +49,7 @@ from ansible.module_utils.fleet_topology import (  # noqa: E402
     replica_peers,
     replica_topology,
     rolling_batches,
+    router_endpoint,
     worker_url,
 )
 
@@ -109,6 +111,10 @@ def sglang_host_addresses(hostvars: Any, hosts: Sequence[str]) -> list[str]:
     return [_address(hostvars, str(h)) for h in hosts]
 
 
+def sglang_router_endpoint(hostvars: Any, host: str) -> dict[str, str]:
+    return router_endpoint(hostvars[host], str(host))
+
+
 def sglang_replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
     return replica_peers(topology, str(host))
 
@@ -156,4 +162,5 @@ class FilterModule:
             "sglang_server_local_url": sglang_server_local_url,
             "sglang_host_addresses": sglang_host_addresses,
             "sglang_replica_peers": sglang_replica_peers,
+            "sglang_router_endpoint": sglang_router_endpoint,
         }

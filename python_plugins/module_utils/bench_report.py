@@ -82,13 +82,16 @@ class BenchReportError(ValueError):
     """Benchmark output that cannot be reported."""
 
 
-def bench_target(url: str, router_host: str, router_port: int | str, local_url: str) -> str:
+def bench_target(
+    url: str, router_host: str, router_port: int | str, local_url: str, router_tls: bool = False
+) -> str:
     """The base URL to benchmark: ``url`` when given, else the router when there is one (``router_host``
-    not empty), else the client node's own server (``local_url``)."""
+    not empty; https when it speaks TLS), else the client node's own server (``local_url``)."""
     if str(url or "").strip():
         return str(url).strip().rstrip("/")
     if str(router_host or "").strip():
-        return f"http://{str(router_host).strip()}:{int(router_port)}"
+        scheme = "https" if router_tls else "http"
+        return f"{scheme}://{str(router_host).strip()}:{int(router_port)}"
     return str(local_url)
 
 

@@ -73,6 +73,26 @@ def replica_topology(
     return {"replicas": replicas, "hosts": by_host}
 
 
+# Where the router role writes the CA bundle its clients trust (world-readable: the guard is a DynamicUser).
+ROUTER_CA_FILE = "/etc/glm5-deploy/router-ca.pem"
+
+
+def router_endpoint(router_vars: Mapping[str, Any], host: str) -> dict[str, str]:
+    """The router on ``host`` as the playbooks' clients on that host reach it, from its variables (the
+    role's defaults where unset): over TLS by sglang_router_tls_name (else ansible_host, else ``host``; a name
+    its certificate holds) when sglang_router_tls_certificate is set, else plain HTTP on loopback.
+    ``ca_path``: the CA file to verify it against ("" for the system's CAs); ``ca_file``: where the router
+    role writes it."""
+    port = int(router_vars.get("sglang_router_port") or 30000)
+    name = router_vars.get("sglang_router_tls_name") or router_vars.get("ansible_host") or host
+    tls = bool(router_vars.get("sglang_router_tls_certificate"))
+    return {
+        "url": f"https://{name}:{port}" if tls else f"http://127.0.0.1:{port}",
+        "ca_path": ROUTER_CA_FILE if router_vars.get("sglang_router_ca_bundle") else "",
+        "ca_file": ROUTER_CA_FILE,
+    }
+
+
 def replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
     """The other hosts of ``host``'s replica (none for a one-node replica or a host outside the topology)."""
     place = topology["hosts"].get(host)

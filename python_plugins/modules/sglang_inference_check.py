@@ -35,6 +35,11 @@ options:
     description:
       - Sent as a Bearer token in the C(Authorization) header. Needed when sglang runs with C(--api-key).
     type: str
+  ca_path:
+    description:
+      - CA certificate(s) (PEM file on the host) to verify an C(https://) server against.
+      - Default the system's CAs.
+    type: path
   model:
     description:
       - Model name for the requests.
@@ -349,6 +354,7 @@ PROBE_OPTIONS: dict[str, Any] = {
 ARGUMENT_SPEC: dict[str, Any] = {
     "url": {"type": "str", "required": True},
     "api_key": {"type": "str", "no_log": True},
+    "ca_path": {"type": "path"},
     "model": {"type": "str"},
     "probes": {
         "type": "list",
@@ -398,11 +404,18 @@ def _exchange(
     timeout: int,
     result: Exchange,
     stop: threading.Event,
+    ca_path: str | None = None,
 ) -> None:
     """One request into ``result``. Runs in a worker thread; :func:`_send_once` watches the clock."""
     try:
         response = open_url(
-            url, data=data, headers=headers, method=method, timeout=timeout, follow_redirects="none"
+            url,
+            data=data,
+            headers=headers,
+            method=method,
+            timeout=timeout,
+            follow_redirects="none",
+            ca_path=ca_path,
         )
         try:
             result.status = int(response.getcode())
@@ -421,7 +434,14 @@ def _exchange(
         result.error, result.retryable = describe_exception(exc)
 
 
-def _send_once(method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: int) -> Exchange:
+def _send_once(
+    method: str,
+    url: str,
+    data: bytes | None,
+    headers: dict[str, str],
+    timeout: int,
+    ca_path: str | None = None,
+) -> Exchange:
     """One request with a total deadline of ``timeout`` seconds, from sending it to the last byte of the body.
 
     The request runs in a daemon thread, read in chunks; this thread waits for it at most ``timeout`` seconds.
@@ -431,7 +451,7 @@ def _send_once(method: str, url: str, data: bytes | None, headers: dict[str, str
     result = Exchange()
     stop = threading.Event()
     worker = threading.Thread(
-        target=_exchange, args=(method, url, data, headers, timeout, result, stop), daemon=True
+        target=_exchange, args=(method, url, data, headers, timeout, result, stop, ca_path), daemon=True
     )
     started = time.monotonic()
     worker.start()
@@ -453,7 +473,7 @@ def send(
     while True:
         attempts += 1
         started = time.monotonic()
-        result = _send_once(method, url, data, headers, params["timeout"])
+        result = _send_once(method, url, data, headers, params["timeout"], params.get("ca_path"))
         result.latency_s = round(time.monotonic() - started, 3)
         result.attempts = attempts
         if not result.retryable or attempts > max(params["retries"], 0):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -25,11 +26,16 @@ LAB_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 # The lab's secrets (lab values in inventory/lab/group_vars, handled by the roles exactly like vault values).
 _LAB_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml").read_text())
 _ROUTER_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "sglang_router.yml").read_text())
+_TLS_KEY = (
+    Path(os.environ.get("GLM5_CACHE") or Path.home() / ".cache" / "glm5-deploy").as_posix() + "-lab-tls"
+) + "/router.key"
 SECRETS = {
     "sglang_server_api_key": _LAB_VARS["sglang_server_api_key"],
     "sglang_server_admin_api_key": _LAB_VARS["sglang_server_admin_api_key"],
     "model_checkpoint_hf_token": _LAB_VARS["model_checkpoint_hf_token"],
     "sglang_router_admin_key": _ROUTER_VARS["sglang_router_admin_key"],
+    # One line of the router's TLS key (lab/bin/lab-tls): enough to find the key wherever it would leak.
+    "sglang_router_tls_private_key": Path(_TLS_KEY).read_text().splitlines()[1],
 }
 
 
@@ -168,34 +174,19 @@ def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProc
     return subprocess.run(argv, capture_output=True, text=True, check=check)
 
 
-def router_admin(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    """GET (or POST ``body`` to) the router's admin API on lab-gateway with the lab's admin key, which is on
-    no command line (it goes through stdin)."""
-    script = (
-        "import json, sys, urllib.request;"
-        "key, body = sys.stdin.read().split(chr(10), 1);"
-        f"r = urllib.request.Request('http://127.0.0.1:30000{path}', data=body.encode() or None,"
-        " headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'});"
-        "print(urllib.request.urlopen(r, timeout=10).read().decode() or '{}')"
-    )
-    shown = subprocess.run(
-        ["podman", "exec", "-i", "glm5-lab-lab-gateway", "python3", "-c", script],
-        input=SECRETS["sglang_router_admin_key"] + "\n" + (json.dumps(body) if body is not None else ""),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(shown.stdout)
-
-
+# The router speaks TLS (inventory/lab/group_vars/sglang_router.yml); its certificate holds 127.0.0.1, and the
+# lab CA is where the router role writes it on lab-gateway.
+ROUTER_URL = "https://127.0.0.1:30000"
+ROUTER_CA = "/etc/glm5-deploy/router-ca.pem"
 HTTP_FROM = """
-import json, sys, urllib.error, urllib.request
-url, method, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+import json, ssl, sys, urllib.error, urllib.request
+url, method, timeout, ca = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 key, body = sys.stdin.read().split(chr(10), 1)
 headers = {"Content-Type": "application/json"} | ({"Authorization": "Bearer " + key} if key else {})
 request = urllib.request.Request(url, data=body.encode() or None, headers=headers, method=method)
+context = ssl.create_default_context(cafile=ca or None) if url.startswith("https:") else None
 try:
-    answer = urllib.request.urlopen(request, timeout=timeout)
+    answer = urllib.request.urlopen(request, timeout=timeout, context=context)
     print(answer.status); print(answer.read().decode())
 except urllib.error.HTTPError as e:
     print(e.code); print(e.read().decode())
@@ -205,12 +196,31 @@ except OSError as e:
 
 
 def http_from(
-    host: str, url: str, key: str = "", method: str = "GET", body: Any = None, timeout: float = 10
+    host: str,
+    url: str,
+    key: str = "",
+    method: str = "GET",
+    body: Any = None,
+    timeout: float = 10,
+    ca: str = ROUTER_CA,
 ) -> tuple[int, str]:
     """One HTTP request from inside a lab host's container, with the lab key named ``key`` (a SECRETS name; on
-    stdin, on no command line): the status (0 when the connection fails or times out) and the body."""
+    stdin, on no command line): the status (0 when the connection fails, times out or the server's certificate
+    is not trusted) and the body. An https URL is verified against ``ca`` ("": the system's CAs)."""
     shown = subprocess.run(
-        ["podman", "exec", "-i", f"glm5-lab-{host}", "python3", "-c", HTTP_FROM, url, method, str(timeout)],
+        [
+            "podman",
+            "exec",
+            "-i",
+            f"glm5-lab-{host}",
+            "python3",
+            "-c",
+            HTTP_FROM,
+            url,
+            method,
+            str(timeout),
+            ca,
+        ],
         input=(SECRETS[key] if key else "") + "\n" + (json.dumps(body) if body is not None else ""),
         capture_output=True,
         text=True,
@@ -218,6 +228,15 @@ def http_from(
     )
     status, _, text = shown.stdout.partition("\n")
     return int(status), text
+
+
+def router_admin(path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """GET (or POST ``body`` to) the router's admin API on lab-gateway with the lab's admin key (on stdin)."""
+    status, text = http_from(
+        "lab-gateway", ROUTER_URL + path, "sglang_router_admin_key", "POST" if body else "GET", body
+    )
+    assert 200 <= status < 300, (path, status, text[:300])
+    return json.loads(text or "{}")
 
 
 def router_workers() -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ from conftest import (
     LAB_NODES,
     NAN_NODE,
     ROOT,
+    ROUTER_URL,
     SECRETS,
     Run,
     http_from,
@@ -265,7 +266,7 @@ def test_the_units_reference_the_key_files_only(adhoc) -> None:
 # endpoints: /flush_cache (harmless: it empties the prefix cache) and /update_weights_from_disk (asked with a
 # path that does not exist, so even an accepted call would change nothing; only refusals are expected here).
 NODE = "http://gpu-node-1:30000"
-ROUTER = "http://127.0.0.1:30000"
+ROUTER = ROUTER_URL
 NO_WEIGHTS = {"model_path": "/nonexistent/glm5-no-weights"}
 ASK = {"model": "/var/lib/sglang/models/glm5-lab-tiny", "messages": [{"role": "user", "content": "2+2?"}],
        "max_tokens": 1}  # fmt: skip
@@ -299,6 +300,19 @@ def test_what_the_api_key_reads_through_the_router_is_what_the_security_page_say
     assert http_from("lab-gateway", f"{ROUTER}/get_server_info")[0] == 401
     page = (ROOT / "docs" / "security.md").read_text()
     assert "/get_server_info" in page and "sglang 0.5.23" in page
+
+
+def test_the_router_speaks_tls_only_and_a_client_that_does_not_trust_the_ca_is_refused() -> None:
+    """The router's port with the lab CA: served. Without it (the system's CAs only): the handshake fails on
+    the certificate. Plain HTTP on the same port: no answer."""
+    trusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", API, "POST", ASK)
+    untrusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", API, "POST", ASK, ca="")
+    plain = http_from(
+        "lab-gateway", ROUTER.replace("https:", "http:") + "/v1/chat/completions", API, "POST", ASK
+    )
+    assert trusted[0] == 200, trusted
+    assert untrusted[0] == 0 and "CERTIFICATE_VERIFY_FAILED" in untrusted[1], untrusted
+    assert plain[0] == 0, plain
 
 
 def test_the_host_firewall_drops_another_node_and_serves_the_router() -> None:

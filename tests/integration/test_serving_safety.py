@@ -22,7 +22,18 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import LAB_NODES, NAN_NODE, ROOT, SECRETS, Run, lab, restore_nan_node, router_workers
+from conftest import (
+    LAB_NODES,
+    NAN_NODE,
+    ROOT,
+    ROUTER_CA,
+    ROUTER_URL,
+    SECRETS,
+    Run,
+    lab,
+    restore_nan_node,
+    router_workers,
+)
 
 GUARD = "lab-gateway"
 MODELS = "/var/lib/sglang/models"
@@ -144,7 +155,7 @@ def loadgen() -> Callable[[], dict]:
     subprocess.run(
         [
             "podman", "exec", "-d", f"glm5-lab-{GUARD}", LOADGEN,
-            "--url", "http://127.0.0.1:30000",
+            "--url", ROUTER_URL, "--ca", ROUTER_CA,
             "--admin-key", SECRETS["sglang_router_admin_key"],
             "--api-key", SECRETS["sglang_server_api_key"],
             "--concurrency", "1", "--max-requests", "100000", "--max-seconds", "900", "--max-tokens", "64",

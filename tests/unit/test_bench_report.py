@@ -142,6 +142,7 @@ def test_bench_target_prefers_the_given_url_then_the_router_then_the_node() -> N
     assert bench_target("http://gpu-node-2:30000/", "lab-gateway", 30000, local) == "http://gpu-node-2:30000"
     assert bench_target("", "lab-gateway", "30001", local) == "http://lab-gateway:30001"
     assert bench_target("", "", 30000, local) == local
+    assert bench_target("", "lab-gateway", 30000, local, True) == "https://lab-gateway:30000"
 
 
 SERVER_INFO = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-bench" / "server-info-node.json"

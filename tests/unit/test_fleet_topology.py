@@ -136,3 +136,18 @@ def test_in_flight_counts_running_and_waiting_over_dp_ranks() -> None:
     answer = {"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1}, {"dp_rank": 1}]}
     assert in_flight_requests(answer) == 3
     assert in_flight_requests({"loads": []}) == 0
+
+
+def test_the_router_is_reached_over_tls_by_its_certificates_name_else_on_loopback() -> None:
+    from ansible.module_utils.fleet_topology import ROUTER_CA_FILE, router_endpoint
+
+    plain = router_endpoint({}, "gw")
+    assert plain == {"url": "http://127.0.0.1:30000", "ca_path": "", "ca_file": ROUTER_CA_FILE}
+    tls = {"sglang_router_tls_certificate": "PEM", "ansible_host": "gw.example", "sglang_router_port": 8443}
+    assert router_endpoint(tls, "gw")["url"] == "https://gw.example:8443"
+    named = tls | {"sglang_router_tls_name": "api.example", "sglang_router_ca_bundle": "PEM"}
+    assert router_endpoint(named, "gw") | {"ca_file": ""} == {
+        "url": "https://api.example:8443",
+        "ca_path": ROUTER_CA_FILE,
+        "ca_file": "",
+    }

@@ -542,6 +542,7 @@ def test_documented_defaults_match_the_argument_spec() -> None:
         [
             "url",
             "api_key",
+            "ca_path",
             "model",
             "probes",
             "timeout",
