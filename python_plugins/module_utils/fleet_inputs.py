@@ -212,16 +212,46 @@ def spec_inputs(options: Mapping[str, Any], provided: Mapping[str, Any]) -> dict
     }
 
 
+# PEM values (a TLS certificate, its private key, a CA bundle): several lines, between BEGIN and END markers.
+PEM_KINDS = {"_certificate": "CERTIFICATE", "_ca_bundle": "CERTIFICATE", "_private_key": "PRIVATE KEY"}
+PEM_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s[A-Za-z0-9+/=\s]+-----END \1-----")
+
+
+def pem_kind(name: str) -> str | None:
+    """The PEM block a variable holds, by the end of its name (None: not a PEM variable)."""
+    return next((kind for suffix, kind in PEM_KINDS.items() if name.endswith(suffix)), None)
+
+
+def pem_problems(name: str, value: Any) -> list[str]:
+    """A PEM variable, when set, holds at least one block of its kind and nothing but PEM blocks. Never shows
+    the value."""
+    kind = pem_kind(name)
+    if kind is None or value in (None, ""):
+        return []
+    if not isinstance(value, str):
+        return [f"{name} must be PEM text, got a {type(value).__name__}"]
+    blocks = [m.group(1) for m in PEM_RE.finditer(value)]
+    rest = PEM_RE.sub("", value).strip()
+    if not any(kind in block for block in blocks) or rest:
+        return [
+            f"{name} must be PEM text: one or more '-----BEGIN ...{kind}-----' blocks and nothing else "
+            "(the value is not shown)"
+        ]
+    return []
+
+
 def secret_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> list[str]:
     """Secret options (no_log) must be strings of printable ASCII without whitespace (a key or token from a
-    vault, which goes into headers, environment and configuration files as it is). The message names the
-    variable and what is wrong, never the value."""
+    vault, which goes into headers, environment and configuration files as it is), or PEM text where the
+    name says so (pem_problems). The message names the variable and what is wrong, never the value."""
     problems = []
     for name, spec in options.items():
         if not (spec or {}).get("no_log", False) or name not in provided or provided[name] is None:
             continue
         value = provided[name]
-        if not isinstance(value, str):
+        if pem_kind(name):
+            problems += pem_problems(name, value)
+        elif not isinstance(value, str):
             problems.append(f"{name} must be a string (a key from a vault), got a {type(value).__name__}")
         elif any(ch.isspace() for ch in value):
             problems.append(
@@ -507,7 +537,9 @@ def value_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> l
             continue
         value = provided[name]
         kind = spec.get("type", "str")
-        if name.endswith("_probes"):
+        if pem_kind(name):
+            problems += pem_problems(name, value)
+        elif name.endswith("_probes"):
             problems += probe_problems(name, value)
         elif name.endswith("_environment"):
             problems += environment_problems(name, value)

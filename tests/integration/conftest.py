@@ -179,7 +179,7 @@ def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProc
 ROUTER_URL = "https://127.0.0.1:30000"
 ROUTER_CA = "/etc/glm5-deploy/router-ca.pem"
 HTTP_FROM = """
-import json, ssl, sys, urllib.error, urllib.request
+import http.client, json, ssl, sys, urllib.error, urllib.request
 url, method, timeout, ca = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 key, body = sys.stdin.read().split(chr(10), 1)
 headers = {"Content-Type": "application/json"} | ({"Authorization": "Bearer " + key} if key else {})
@@ -190,8 +190,8 @@ try:
     print(answer.status); print(answer.read().decode())
 except urllib.error.HTTPError as e:
     print(e.code); print(e.read().decode())
-except OSError as e:
-    print(0); print(e)
+except (OSError, http.client.HTTPException) as e:  # refused, timed out, untrusted, not HTTP at all
+    print(0); print(repr(e))
 """
 
 

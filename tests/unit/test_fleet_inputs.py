@@ -12,6 +12,7 @@ from ansible.module_utils.fleet_inputs import (
     lost_gpu_problems,
     os_problems,
     passthrough_key_problems,
+    pem_problems,
     port_problems,
     secret_problems,
     spec_inputs,
@@ -252,3 +253,20 @@ def test_the_routers_key_must_be_the_nodes_key_while_smg_passes_the_clients_head
     )
     assert passthrough_key_problems(["node-0123456789"], ["node-0123456789"]) == []
     assert passthrough_key_problems([""], ["node-0123456789"]) == []  # an open router sends the worker's key
+
+
+PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"
+PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----"
+
+
+def test_pem_variables_take_pem_text_and_their_errors_never_show_the_value() -> None:
+    assert pem_problems("sglang_router_tls_certificate", PEM_CERT + PEM_CERT) == []
+    assert pem_problems("sglang_router_tls_private_key", PEM_KEY) == []
+    assert pem_problems("sglang_router_ca_bundle", "") == []
+    (wrong,) = pem_problems("sglang_router_tls_certificate", PEM_KEY)
+    assert "CERTIFICATE" in wrong and "MIGH" not in wrong
+    (junk,) = pem_problems("sglang_router_tls_private_key", PEM_KEY + "\nsecret-junk")
+    assert "secret-junk" not in junk
+    assert pem_problems("sglang_router_ca_bundle", ["x"]) == [
+        "sglang_router_ca_bundle must be PEM text, got a list"
+    ]
