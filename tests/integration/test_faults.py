@@ -28,7 +28,10 @@ VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
 # The second node of the victim's two-node replica in test_stalled_start_times_out_with_the_journal: an
 # inventory host that does not exist, so it never joins the rendezvous. No play runs on it (--limit VICTIM).
+# Its address is one of the lab network's that no container has: the victim's host firewall lets its peer in
+# by address (a peer name that does not resolve is refused before the firewall changes).
 ABSENT_PEER = "gpu-node-3-absent-peer"
+ABSENT_PEER_ADDRESS = "10.89.42.254"
 
 
 def stalled_replica_inventory(tmp_path: Path) -> Path:
@@ -37,7 +40,10 @@ def stalled_replica_inventory(tmp_path: Path) -> Path:
     VICTIM:20000 from it (sglang_server_advertise_host, sglang_server_dist_port), as for a real replica."""
     doc = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text())
     children = doc["all"]["children"]
-    children["sglang_nodes"]["hosts"][ABSENT_PEER] = {"ansible_host": "glm5-lab-absent-peer"}
+    children["sglang_nodes"]["hosts"][ABSENT_PEER] = {
+        "ansible_host": "glm5-lab-absent-peer",
+        "sglang_server_advertise_host": ABSENT_PEER_ADDRESS,
+    }
     children["sglang_replica_stall"] = {"hosts": {VICTIM: None, ABSENT_PEER: None}}
     inventory = tmp_path / "inventory"
     inventory.mkdir()

@@ -138,5 +138,5 @@ def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run
     assert [r["max_concurrency"] for r in raw] == [1, 2]
     assert all(r["completed"] == 8 and r["backend"] == "sglang" for r in raw), raw
     report = (report_dir / "report.md").read_text()
-    assert "http://lab-gateway:30000" in report and "sglang: 0.5.23" in report
+    assert "https://lab-gateway:30000" in report and "sglang: 0.5.23" in report  # the router, over TLS
     assert re.search(r"^\| 2 \| 8 \| [0-9.]+ \|", report, re.MULTILINE), report
