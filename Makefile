@@ -13,7 +13,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR ?= 0
 
-APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client
+APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl
 PLAYBOOK := $(BIN)/ansible-playbook
 # The lab's size: GPU nodes in the lab fleet (3 is inventory/lab; other sizes: lab/bin/lab-inventory N).
 LAB_NODES ?= 3
@@ -26,7 +26,7 @@ CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh), when missing.
+deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh, openssl), when missing.
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "apt: installing $$missing"; \

@@ -29,16 +29,14 @@ if _MU not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_MU)
 
 from ansible.module_utils.fleet_inputs import (  # noqa: E402
-    KEY_DOORS,
     admin_key_problems,
     bind_problems,
     checkpoint_problems,
+    fleet_key_problems,
     gpu_problems,
-    key_sharing_problems,
     lost_gpu_problems,
     low_port_problems,
     os_problems,
-    passthrough_key_problems,
     port_problems,
     secret_problems,
     settings_problems,
@@ -130,14 +128,13 @@ _KEY_HOLDERS = {
 
 
 def sglang_key_sharing_problems(groups: Mapping[str, Any], hostvars: Any) -> list[str]:
-    """key_sharing_problems and passthrough_key_problems over the values the inventory gives each key on the
-    hosts that hold it (a key the inventory does not set has its role default: empty, or the nodes' key)."""
-    keys = {
-        name: [hostvars[host][name] for host in groups.get(holder, []) if name in hostvars[host]]
-        for name, holder in _KEY_HOLDERS.items()
-    }
-    return key_sharing_problems({name: keys[name] for name in KEY_DOORS}) + passthrough_key_problems(
-        keys["sglang_router_api_key"], keys["sglang_server_api_key"]
+    """fleet_key_problems over the values the inventory gives each key on the hosts that hold it (a key the
+    inventory does not set has its role default: empty, or the nodes' key)."""
+    return fleet_key_problems(
+        {
+            name: [hostvars[host][name] for host in groups.get(holder, []) if name in hostvars[host]]
+            for name, holder in _KEY_HOLDERS.items()
+        }
     )
 
 

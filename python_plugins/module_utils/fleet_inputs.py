@@ -120,6 +120,14 @@ def passthrough_key_problems(router_keys: Iterable[str], node_keys: Iterable[str
     ]
 
 
+def fleet_key_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
+    """Every rule over the fleet's keys, from the values the inventory gives each key variable on the hosts
+    that hold it: one door, one key (KEY_DOORS), and the router's key is the nodes' (smg's passthrough)."""
+    return key_sharing_problems({name: keys.get(name, []) for name in KEY_DOORS}) + passthrough_key_problems(
+        keys.get("sglang_router_api_key", []), keys.get("sglang_server_api_key", [])
+    )
+
+
 REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 

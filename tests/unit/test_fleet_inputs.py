@@ -6,6 +6,7 @@ import pytest
 from ansible.module_utils.fleet_inputs import (
     bind_problems,
     connect_host,
+    fleet_key_problems,
     gpu_problems,
     is_loopback,
     key_sharing_problems,
@@ -270,3 +271,14 @@ def test_pem_variables_take_pem_text_and_their_errors_never_show_the_value() -> 
     assert pem_problems("sglang_router_ca_bundle", ["x"]) == [
         "sglang_router_ca_bundle must be PEM text, got a list"
     ]
+
+
+def test_the_fleets_key_rules_come_together() -> None:
+    keys = {
+        "sglang_router_api_key": ["router-0123456789"],
+        "sglang_server_api_key": ["node-0123456789"],
+        "sglang_server_admin_api_key": ["node-0123456789"],
+    }
+    problems = fleet_key_problems(keys)
+    assert len(problems) == 2 and "one door" in problems[0] and "smg 1.13 forwards" in problems[1]
+    assert fleet_key_problems({}) == []
