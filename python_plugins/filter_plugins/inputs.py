@@ -118,22 +118,33 @@ def sglang_admin_key_problems(key: Any, var: str) -> list[str]:
     return admin_key_problems(key, var=str(var))
 
 
-# Which hosts hold each key: the nodes' keys on sglang_nodes, the router's on sglang_router.
+# Which hosts hold each key: the nodes' keys on sglang_nodes, the router's on sglang_router. The clients' keys
+# the edge still accepts during a rotation count as the clients' key.
 _KEY_HOLDERS = {
-    "sglang_router_api_key": "sglang_router",
-    "sglang_server_api_key": "sglang_nodes",
-    "sglang_server_admin_api_key": "sglang_nodes",
-    "sglang_router_admin_key": "sglang_router",
+    "sglang_router_api_key": ("sglang_router", ("sglang_router_api_key", "sglang_router_previous_api_keys")),
+    "sglang_server_api_key": ("sglang_nodes", ("sglang_server_api_key",)),
+    "sglang_server_admin_api_key": ("sglang_nodes", ("sglang_server_admin_api_key",)),
+    "sglang_router_admin_key": ("sglang_router", ("sglang_router_admin_key",)),
 }
+
+
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def sglang_key_sharing_problems(groups: Mapping[str, Any], hostvars: Any) -> list[str]:
     """fleet_key_problems over the values the inventory gives each key on the hosts that hold it (a key the
-    inventory does not set has its role default: empty, or the nodes' key)."""
+    inventory does not set has its role default: empty)."""
     return fleet_key_problems(
         {
-            name: [hostvars[host][name] for host in groups.get(holder, []) if name in hostvars[host]]
-            for name, holder in _KEY_HOLDERS.items()
+            name: [
+                value
+                for host in groups.get(holder, [])
+                for var in variables
+                if var in hostvars[host]
+                for value in _values(hostvars[host][var])
+            ]
+            for name, (holder, variables) in _KEY_HOLDERS.items()
         }
     )
 

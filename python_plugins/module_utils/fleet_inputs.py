@@ -79,10 +79,15 @@ def bind_problems(bind_host: str, api_key: str, *, host_var: str, key_var: str) 
 
 # The fleet's keys, each of which opens one door (docs/security.md).
 KEY_DOORS = {
-    "sglang_server_api_key": "the API: clients through the router, the router, the guard and the checks",
+    "sglang_router_api_key": "the clients' key: the router's edge",
+    "sglang_server_api_key": "the nodes' API: the router, the guard and the checks",
     "sglang_server_admin_api_key": "the nodes' admin endpoints",
     "sglang_router_admin_key": "the router's control plane",
 }
+# The keys the router's edge (nginx) writes into its configuration, as header strings it compares or sets: the
+# characters of base64, hex and URL-safe tokens, nothing nginx would read as a quote, a variable or an escape.
+EDGE_KEY_RE = re.compile(r"[A-Za-z0-9._~+/=-]+")
+EDGE_KEYS = ("sglang_router_api_key", "sglang_server_api_key")
 
 
 def key_sharing_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
@@ -103,29 +108,31 @@ def key_sharing_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
     return problems
 
 
-def passthrough_key_problems(router_keys: Iterable[str], node_keys: Iterable[str]) -> list[str]:
-    """The router's clients' key must be the nodes' API key: smg 1.13 forwards the client's Authorization
-    header to the worker in place of the key the worker was registered with (smg's
-    header_utils.extract_auth_header; the fix, sgl-project/sglang#27048, was closed unmerged), so any other
-    value fails every request (401). Never shows a key."""
-    router = {str(k) for k in router_keys if str(k or "")}
-    node = {str(k) for k in node_keys if str(k or "")}
-    if router <= node:
-        return []
+def edge_key_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
+    """The keys the router's edge writes into its nginx configuration (the clients' keys it accepts, the
+    nodes' key it sends on) must be tokens: letters, digits and ``._~+/=-``. A value that is no key at all
+    (whitespace, not a string) is secret_problems' to name. Never shows a key."""
+    bad = [
+        name
+        for name in EDGE_KEYS
+        if any(
+            isinstance(v, str) and v and not _key_problems(name, v) and not EDGE_KEY_RE.fullmatch(v)
+            for v in keys.get(name, [])
+        )
+    ]
     return [
-        "sglang_router_api_key differs from sglang_server_api_key: smg 1.13 forwards the client's "
-        "Authorization header to the worker in place of the worker's own key, so every request through the "
-        "router would be refused (401). Leave sglang_router_api_key unset (it defaults to "
-        "sglang_server_api_key); the values are not shown"
+        f"{name} holds a character other than letters, digits and ._~+/=- : the router's edge (nginx) "
+        "compares and sends it as a header in its configuration; use a token such as `openssl rand -hex 32` "
+        "(the value is not shown)"
+        for name in bad
     ]
 
 
 def fleet_key_problems(keys: Mapping[str, Iterable[str]]) -> list[str]:
     """Every rule over the fleet's keys, from the values the inventory gives each key variable on the hosts
-    that hold it: one door, one key (KEY_DOORS), and the router's key is the nodes' (smg's passthrough)."""
-    return key_sharing_problems({name: keys.get(name, []) for name in KEY_DOORS}) + passthrough_key_problems(
-        keys.get("sglang_router_api_key", []), keys.get("sglang_server_api_key", [])
-    )
+    that hold it: one door, one key (KEY_DOORS; the clients' key too, since the router's edge puts the nodes'
+    key in its place), and the edge's keys are tokens."""
+    return key_sharing_problems({name: keys.get(name, []) for name in KEY_DOORS}) + edge_key_problems(keys)
 
 
 REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -248,10 +255,27 @@ def pem_problems(name: str, value: Any) -> list[str]:
     return []
 
 
+def _key_problems(name: str, value: Any) -> list[str]:
+    if not isinstance(value, str):
+        return [f"{name} must be a string (a key from a vault), got a {type(value).__name__}"]
+    if any(ch.isspace() for ch in value):
+        return [
+            f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
+            "holds a space, tab or line break (the value is not shown)"
+        ]
+    if any(not 33 <= ord(ch) <= 126 for ch in value):
+        return [
+            f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
+            "holds a character outside printable ASCII (the value is not shown)"
+        ]
+    return []
+
+
 def secret_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> list[str]:
     """Secret options (no_log) must be strings of printable ASCII without whitespace (a key or token from a
     vault, which goes into headers, environment and configuration files as it is), or PEM text where the
-    name says so (pem_problems). The message names the variable and what is wrong, never the value."""
+    name says so (pem_problems); a secret list option, a list of such keys. The message names the variable
+    and what is wrong, never the value."""
     problems = []
     for name, spec in options.items():
         if not (spec or {}).get("no_log", False) or name not in provided or provided[name] is None:
@@ -259,18 +283,10 @@ def secret_problems(options: Mapping[str, Any], provided: Mapping[str, Any]) -> 
         value = provided[name]
         if pem_kind(name):
             problems += pem_problems(name, value)
-        elif not isinstance(value, str):
-            problems.append(f"{name} must be a string (a key from a vault), got a {type(value).__name__}")
-        elif any(ch.isspace() for ch in value):
-            problems.append(
-                f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
-                "holds a space, tab or line break (the value is not shown)"
-            )
-        elif any(not 33 <= ord(ch) <= 126 for ch in value):
-            problems.append(
-                f"{name} must be printable ASCII without whitespace (a key or token from a vault); it "
-                "holds a character outside printable ASCII (the value is not shown)"
-            )
+        elif spec.get("type") == "list" and isinstance(value, list):
+            problems += [p for i, item in enumerate(value) for p in _key_problems(f"{name}[{i}]", item)]
+        else:
+            problems += _key_problems(name, value)
     return problems
 
 

@@ -30,6 +30,7 @@ _TLS_KEY = (
     Path(os.environ.get("GLM5_CACHE") or Path.home() / ".cache" / "glm5-deploy").as_posix() + "-lab-tls"
 ) + "/router.key"
 SECRETS = {
+    "sglang_router_api_key": _LAB_VARS["sglang_router_api_key"],
     "sglang_server_api_key": _LAB_VARS["sglang_server_api_key"],
     "sglang_server_admin_api_key": _LAB_VARS["sglang_server_admin_api_key"],
     "model_checkpoint_hf_token": _LAB_VARS["model_checkpoint_hf_token"],

@@ -108,13 +108,20 @@ CASES = [
         },
         hidden=("glm5-shared-key-not-a-secret",),
     ),
-    # smg passes the client's Authorization header through to the worker: a router key of its own would fail
-    # every request through the router.
+    # The clients' key is a door of its own: the nodes' key as the clients' key would let every client reach
+    # the nodes (and read their keys from /server_info).
     Case(
-        "router-key-not-the-nodes-key",
-        ("sglang_router_api_key", "sglang_server_api_key", "smg 1.13 forwards"),
-        {"sglang_router_api_key": "glm5-other-key-not-a-secret"},
-        hidden=("glm5-other-key-not-a-secret",),
+        "clients-key-is-the-nodes-key",
+        ("sglang_router_api_key", "sglang_server_api_key", "one door"),
+        {"sglang_router_api_key": "glm5-lab-server-key-not-a-secret"},
+        hidden=("glm5-lab-server-key-not-a-secret",),
+    ),
+    # The edge writes the clients' key into nginx's configuration as a header string.
+    Case(
+        "clients-key-not-a-token",
+        ("sglang_router_api_key", "letters, digits"),
+        {"sglang_router_api_key": 'glm5-"quoted"-not-a-secret'},
+        hidden=('glm5-"quoted"-not-a-secret',),
     ),
     Case("repo-not-org-name", ("model_checkpoint_repo",), {"model_checkpoint_repo": "GLM-5-NVFP4"}),
     Case("empty-revision", ("model_checkpoint_revision",), {"model_checkpoint_revision": ""}),

@@ -33,6 +33,7 @@ UNITS = {
     "sglang.service": LAB_NODES,
     "sglang-router.service": ("lab-gateway",),
     "sglang-guard.service": ("lab-gateway",),
+    "sglang-edge.service": ("lab-gateway",),
 }
 MAX_EXPOSURE = 4.0
 # A worker the inventory does not have, for router.yml to prune: gpu-node-1's server under its container's
@@ -105,7 +106,7 @@ def test_no_secret_in_systemctl_show_or_the_process_list(adhoc) -> None:
     shown = adhoc(
         "lab",
         "ansible.builtin.shell",
-        "systemctl show sglang.service sglang-router.service sglang-guard.service; "
+        "systemctl show sglang.service sglang-router.service sglang-guard.service sglang-edge.service; "
         "systemctl show-environment; "
         'runuser -u nobody -- sh -c \'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "\'',
     )
@@ -237,11 +238,15 @@ def test_the_unit_has_nvidia_modprobe_make_the_devices_as_root_before_the_server
         assert caps == ["CapEff:", "0000000000000000"], (host, caps)
 
 
-def test_the_server_listens_on_the_node_address_only(adhoc) -> None:
+def test_the_server_listens_on_the_node_address_only_and_smg_on_loopback_behind_its_edge(adhoc) -> None:
     listening = adhoc("sglang_nodes", "ansible.builtin.command", "ss -Hltn sport = :30000")
     for host, res in listening.items():
         local = {line.split()[3] for line in res["stdout_lines"]}
         assert local and not any(a.startswith(("0.0.0.0:", "*:", "[::]:")) for a in local), (host, local)
+    smg = lab("lab-gateway", "ss -Hltnp sport = :30001").stdout.splitlines()
+    assert [line.split()[3] for line in smg] == ["127.0.0.1:30001"], smg
+    edge = lab("lab-gateway", "ss -Hltnp sport = :30000").stdout
+    assert "nginx" in edge and "smg" not in edge and "python" not in edge, edge
 
 
 def test_the_units_reference_the_key_files_only(adhoc) -> None:
@@ -270,18 +275,24 @@ ROUTER = ROUTER_URL
 NO_WEIGHTS = {"model_path": "/nonexistent/glm5-no-weights"}
 ASK = {"model": "/var/lib/sglang/models/glm5-lab-tiny", "messages": [{"role": "user", "content": "2+2?"}],
        "max_tokens": 1}  # fmt: skip
-API, NODE_ADMIN, ROUTER_ADMIN = (
+CLIENT, API, NODE_ADMIN, ROUTER_ADMIN = (
+    "sglang_router_api_key",
     "sglang_server_api_key",
     "sglang_server_admin_api_key",
     "sglang_router_admin_key",
 )
 DOORS = [
     # (what, url, method, body, key -> expected status)
-    ("node /v1", f"{NODE}/v1/models", "GET", None, {"": 401, API: 200, NODE_ADMIN: 401, ROUTER_ADMIN: 401}),
-    ("node cache flush", f"{NODE}/flush_cache", "POST", None, {"": 401, API: 401, NODE_ADMIN: 200}),
-    ("node weight update", f"{NODE}/update_weights_from_disk", "POST", NO_WEIGHTS, {API: 401}),
-    ("router /v1", f"{ROUTER}/v1/chat/completions", "POST", ASK, {"": 401, ROUTER_ADMIN: 401, API: 200}),
-    ("router admin API", f"{ROUTER}/workers", "GET", None, {"": 401, API: 401, ROUTER_ADMIN: 200}),
+    ("node /v1", f"{NODE}/v1/models", "GET", None,
+     {"": 401, CLIENT: 401, API: 200, NODE_ADMIN: 401, ROUTER_ADMIN: 401}),
+    ("node cache flush", f"{NODE}/flush_cache", "POST", None,
+     {"": 401, CLIENT: 401, API: 401, NODE_ADMIN: 200}),
+    ("node weight update", f"{NODE}/update_weights_from_disk", "POST", NO_WEIGHTS, {CLIENT: 401, API: 401}),
+    ("router /v1", f"{ROUTER}/v1/chat/completions", "POST", ASK,
+     {"": 401, CLIENT: 200, API: 401, NODE_ADMIN: 401, ROUTER_ADMIN: 401}),
+    ("router admin API", f"{ROUTER}/workers", "GET", None,
+     {"": 401, CLIENT: 401, API: 401, ROUTER_ADMIN: 200}),
+    ("router cache flush", f"{ROUTER}/flush_cache", "POST", None, {CLIENT: 401, API: 401, NODE_ADMIN: 401}),
 ]  # fmt: skip
 
 
@@ -291,13 +302,18 @@ def test_each_key_opens_one_door(what: str, url: str, method: str, body, expecte
     assert got == expected, what
 
 
-def test_what_the_api_key_reads_through_the_router_is_what_the_security_page_says() -> None:
-    """docs/security.md, "What the API key reads": smg proxies /get_server_info to a worker with the caller's
-    header, and sglang 0.5.23 answers it with its keys (resolved arguments and launch command). This keeps the
-    page true: when smg or sglang stops, this fails and the page changes with it."""
-    status, text = http_from("lab-gateway", f"{ROUTER}/get_server_info", API)
+def test_the_router_serves_no_server_info_and_the_nodes_show_their_keys_to_their_key_alone() -> None:
+    """docs/security.md, "What the nodes' key reads": sglang 0.5.23 answers /server_info with its keys
+    (resolved arguments and launch command) to a holder of the nodes' key, and smg would proxy
+    /get_server_info to a worker. The edge serves neither, whatever the key; on a node, the clients' key reads
+    nothing. When sglang stops showing its keys, this fails and the page changes with it."""
+    for path in ("/get_server_info", "/server_info"):
+        for key in (CLIENT, API, ROUTER_ADMIN):
+            status, text = http_from("lab-gateway", f"{ROUTER}{path}", key)
+            assert status == 404 and leaks(text) == [], (path, key, status)
+    status, text = http_from("lab-gateway", f"{NODE}/server_info", API)
     assert status == 200 and SECRETS[NODE_ADMIN] in text
-    assert http_from("lab-gateway", f"{ROUTER}/get_server_info")[0] == 401
+    assert http_from("lab-gateway", f"{NODE}/server_info", CLIENT)[0] == 401
     page = (ROOT / "docs" / "security.md").read_text()
     assert "/get_server_info" in page and "sglang 0.5.23" in page
 
@@ -305,10 +321,10 @@ def test_what_the_api_key_reads_through_the_router_is_what_the_security_page_say
 def test_the_router_speaks_tls_only_and_a_client_that_does_not_trust_the_ca_is_refused() -> None:
     """The router's port with the lab CA: served. Without it (the system's CAs only): the handshake fails on
     the certificate. Plain HTTP on the same port: no answer."""
-    trusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", API, "POST", ASK)
-    untrusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", API, "POST", ASK, ca="")
+    trusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", CLIENT, "POST", ASK)
+    untrusted = http_from("lab-gateway", f"{ROUTER}/v1/chat/completions", CLIENT, "POST", ASK, ca="")
     plain = http_from(
-        "lab-gateway", ROUTER.replace("https:", "http:") + "/v1/chat/completions", API, "POST", ASK
+        "lab-gateway", ROUTER.replace("https:", "http:") + "/v1/chat/completions", CLIENT, "POST", ASK
     )
     assert trusted[0] == 200, trusted
     assert untrusted[0] == 0 and "CERTIFICATE_VERIFY_FAILED" in untrusted[1], untrusted

@@ -157,7 +157,7 @@ def loadgen() -> Callable[[], dict]:
             "podman", "exec", "-d", f"glm5-lab-{GUARD}", LOADGEN,
             "--url", ROUTER_URL, "--ca", ROUTER_CA,
             "--admin-key", SECRETS["sglang_router_admin_key"],
-            "--api-key", SECRETS["sglang_server_api_key"],
+            "--api-key", SECRETS["sglang_router_api_key"],
             "--concurrency", "1", "--max-requests", "100000", "--max-seconds", "900", "--max-tokens", "64",
             "--stop-file", f"{LOADGEN_FILES}.stop", "--out", f"{LOADGEN_FILES}.json",
         ],

@@ -6,13 +6,13 @@ import pytest
 from ansible.module_utils.fleet_inputs import (
     bind_problems,
     connect_host,
+    edge_key_problems,
     fleet_key_problems,
     gpu_problems,
     is_loopback,
     key_sharing_problems,
     lost_gpu_problems,
     os_problems,
-    passthrough_key_problems,
     pem_problems,
     port_problems,
     secret_problems,
@@ -247,13 +247,14 @@ def test_a_problem_for_every_pair_sharing_a_value(values: list[str]) -> None:
     assert len(problems) == len(pairs)
 
 
-def test_the_routers_key_must_be_the_nodes_key_while_smg_passes_the_clients_header_through() -> None:
-    (problem,) = passthrough_key_problems(["client-0123456789"], ["node-0123456789"])
-    assert (
-        "smg 1.13 forwards" in problem and "client-0123456789" not in problem and "node-0123" not in problem
-    )
-    assert passthrough_key_problems(["node-0123456789"], ["node-0123456789"]) == []
-    assert passthrough_key_problems([""], ["node-0123456789"]) == []  # an open router sends the worker's key
+def test_the_edges_keys_must_be_tokens_nginx_cannot_misread() -> None:
+    """The edge writes the clients' keys and the nodes' key into its nginx configuration as header strings."""
+    assert edge_key_problems({"sglang_router_api_key": ["a-Z_0.9~+/="], "sglang_server_api_key": [""]}) == []
+    for bad in ('quote"d-0123456789', "dollar$var-0123456789", "semi;colon-0123456789", "back\\slash-0123"):
+        (problem,) = edge_key_problems({"sglang_server_api_key": ["ok-0123456789", bad]})
+        assert problem.startswith("sglang_server_api_key holds a character") and bad not in problem
+    # The admin keys never reach nginx: any printable key is theirs to choose.
+    assert edge_key_problems({"sglang_router_admin_key": ['quote"d-0123456789']}) == []
 
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"
@@ -275,10 +276,15 @@ def test_pem_variables_take_pem_text_and_their_errors_never_show_the_value() -> 
 
 def test_the_fleets_key_rules_come_together() -> None:
     keys = {
-        "sglang_router_api_key": ["router-0123456789"],
+        "sglang_router_api_key": ["node-0123456789"],
         "sglang_server_api_key": ["node-0123456789"],
-        "sglang_server_admin_api_key": ["node-0123456789"],
+        "sglang_server_admin_api_key": ["node$0123456789"],
+        "sglang_router_admin_key": ["node$0123456789"],
     }
     problems = fleet_key_problems(keys)
-    assert len(problems) == 2 and "one door" in problems[0] and "smg 1.13 forwards" in problems[1]
+    assert len(problems) == 2 and all("one door" in p for p in problems), problems
+    first = problems[0]
+    assert "sglang_router_api_key (the clients' key" in first and "sglang_server_api_key (" in first
+    (token,) = fleet_key_problems({"sglang_router_api_key": ["client\"key-0123456789"]})
+    assert token.startswith("sglang_router_api_key holds a character")
     assert fleet_key_problems({}) == []
