@@ -59,6 +59,11 @@ class Run:
         """Per-host stat ('changed', 'failures', 'ok', ...) from the play recap."""
         return self.stats.get(kind, {}).get(host, 0)
 
+    def custom_stats(self) -> dict[str, Any]:
+        """What the run's set_stats tasks kept (the stats event's artifact_data, what AWX keeps of a job)."""
+        stats = [e for e in self.events if e.get("event") == "playbook_on_stats"]
+        return stats[-1]["event_data"].get("artifact_data", {}) if stats else {}
+
     def results(self, task: str, event: str = "runner_on_ok") -> dict[str, dict[str, Any]]:
         """Per-host module results of the task with this name."""
         return {

@@ -148,6 +148,8 @@ def test_no_secret_in_a_tune_run_or_its_report(run_playbook, tmp_path) -> None:
     assert leaks(run.stdout) == [] and leaks(json.dumps(run.events)) == []
     files = [f for f in reports.rglob("*") if f.is_file()]
     assert files, "tune wrote no report"
+    kept = run.custom_stats()["glm5_tune"]["gpu-node-2"]  # set_stats: what an AWX job keeps
+    assert kept["best"] == "inventory" and str(reports) in kept["reports"], kept
     assert {f.name: leaks(f.read_text(errors="replace")) for f in files} == {f.name: [] for f in files}
 
 

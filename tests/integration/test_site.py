@@ -140,3 +140,5 @@ def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run
     report = (report_dir / "report.md").read_text()
     assert "https://lab-gateway:30000" in report and "sglang: 0.5.23" in report  # the router, over TLS
     assert re.search(r"^\| 2 \| 8 \| [0-9.]+ \|", report, re.MULTILINE), report
+    (kept_stats,) = run.custom_stats()["glm5_bench"].values()  # set_stats: what an AWX job keeps
+    assert kept_stats["report"] == str(report_dir / "report.md") and len(kept_stats["rows"]) == 2, kept_stats

@@ -285,6 +285,6 @@ def test_the_fleets_key_rules_come_together() -> None:
     assert len(problems) == 2 and all("one door" in p for p in problems), problems
     first = problems[0]
     assert "sglang_router_api_key (the clients' key" in first and "sglang_server_api_key (" in first
-    (token,) = fleet_key_problems({"sglang_router_api_key": ["client\"key-0123456789"]})
+    (token,) = fleet_key_problems({"sglang_router_api_key": ['client"key-0123456789']})
     assert token.startswith("sglang_router_api_key holds a character")
     assert fleet_key_problems({}) == []
