@@ -14,7 +14,8 @@
     {{ workers_answer | sglang_router_healthy }} -> URLs of the healthy, ready workers
     {{ v1_loads_answer | sglang_in_flight }} -> requests running or waiting on an sglang server
     {{ hostvars | sglang_server_bind_host(inventory_hostname) }} -> the address the server binds to
-    {{ hostvars | sglang_server_local_url(inventory_hostname) }} -> its URL from its own machine
+    {{ hostvars | sglang_server_local_url(inventory_hostname) }} -> its URL from itself (https with TLS)
+    {{ hostvars | sglang_nodes_ca(inventory_hostname) }} -> {ca_path, ca_file}: the nodes' CA on that host
     {{ hostvars | sglang_host_addresses(hosts) }} -> each host's address (below)
     {{ topology | sglang_replica_peers(inventory_hostname) }} -> the other hosts of its replica
     {{ hostvars | sglang_router_endpoint(router_host) }} -> {url, ca_path, ca_file} on the router's own host
@@ -40,11 +41,14 @@ if _MU not in ansible.module_utils.__path__:
 
 from ansible.module_utils.fleet_inputs import connect_host  # noqa: E402
 from ansible.module_utils.fleet_topology import (  # noqa: E402
+    NODES_CA_FILE,
     TopologyError,
     find_worker,
     healthy_workers,
     in_flight_requests,
+    node_scheme,
     node_settings,
+    nodes_ca_path,
     registration_plan,
     replica_peers,
     replica_topology,
@@ -97,7 +101,7 @@ def sglang_router_workers(topology: Mapping[str, Any], hostvars: Any) -> list[st
     for replica in topology["replicas"]:
         leader = replica["leader"]
         port = hostvars[leader].get("sglang_server_port") or DEFAULT_PORT
-        urls.append(worker_url(_address(hostvars, leader), port))
+        urls.append(worker_url(_address(hostvars, leader), port, node_scheme(hostvars[leader])))
     return urls
 
 
@@ -122,7 +126,14 @@ def sglang_replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
 def sglang_server_local_url(hostvars: Any, host: str) -> str:
     """The URL that reaches ``host``'s server from ``host`` itself (a wildcard bind: on loopback)."""
     port = hostvars[host].get("sglang_server_port") or DEFAULT_PORT
-    return f"http://{connect_host(sglang_server_bind_host(hostvars, host))}:{int(port)}"
+    scheme = node_scheme(hostvars[host])
+    return f"{scheme}://{connect_host(sglang_server_bind_host(hostvars, host))}:{int(port)}"
+
+
+def sglang_nodes_ca(hostvars: Any, host: str) -> dict[str, str]:
+    """The CA of the nodes' certificates on ``host``: ``ca_path``, the file its clients of the nodes verify
+    them against ("" for the system's CAs), and ``ca_file``, where the roles write sglang_server_ca_bundle."""
+    return {"ca_path": nodes_ca_path(hostvars[host]), "ca_file": NODES_CA_FILE}
 
 
 def sglang_router_registration(listing: Mapping[str, Any], wanted: Sequence[str], prune: bool = True) -> dict:
@@ -163,4 +174,5 @@ class FilterModule:
             "sglang_host_addresses": sglang_host_addresses,
             "sglang_replica_peers": sglang_replica_peers,
             "sglang_router_endpoint": sglang_router_endpoint,
+            "sglang_nodes_ca": sglang_nodes_ca,
         }

@@ -598,6 +598,9 @@ ROLE_OWNED_SETTINGS = {
     "nnodes": "put the replica's nodes in an inventory group sglang_replica_<name> (nnodes is its size)",
     "node_rank": "a node's rank is its place in its sglang_replica_<name> group (rank 0 first)",
     "dist_init_addr": "it is rank 0's sglang_server_advertise_host with sglang_server_dist_port",
+    "ssl_certfile": "set sglang_server_tls_certificate (the role writes it to a file and passes its path)",
+    "ssl_keyfile": "set sglang_server_tls_private_key (from a vault; the role writes it root:sglang 0640)",
+    "ssl_ca_certs": "set sglang_server_ca_bundle (the role writes it to a file and passes its path)",
 }
 # Fractions in (0, 1] (sglang 0.5.23 srt/arg_groups/fields: schedule.py "the fraction of the memory used for
 # static allocation", swa_full_tokens_ratio "should be between 0 and 1"; memory.py "fraction of the available

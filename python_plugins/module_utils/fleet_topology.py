@@ -93,6 +93,23 @@ def router_endpoint(router_vars: Mapping[str, Any], host: str) -> dict[str, str]
     }
 
 
+# Where the roles write the CA bundle the nodes' clients trust (sglang_server_ca_bundle): on the nodes, the
+# router's host and the Prometheus hosts; world-readable, like the router's.
+NODES_CA_FILE = "/etc/glm5-deploy/nodes-ca.pem"
+
+
+def node_scheme(node_vars: Mapping[str, Any]) -> str:
+    """How a node's server is reached: https when it has a TLS certificate (sglang_server_tls_certificate),
+    else http."""
+    return "https" if node_vars.get("sglang_server_tls_certificate") else "http"
+
+
+def nodes_ca_path(host_vars: Mapping[str, Any]) -> str:
+    """The CA file a host's clients of the nodes verify them against: NODES_CA_FILE when the host's
+    sglang_server_ca_bundle is set, else "" (the system's CAs)."""
+    return NODES_CA_FILE if host_vars.get("sglang_server_ca_bundle") else ""
+
+
 def replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
     """The other hosts of ``host``'s replica (none for a one-node replica or a host outside the topology)."""
     place = topology["hosts"].get(host)

@@ -23,6 +23,9 @@ options:
     description: The health URL, for example C(http://127.0.0.1:30000/health_generate).
     type: str
     required: true
+  ca_path:
+    description: CA file to verify an https I(url) against; empty for the system's CAs.
+    type: path
   unit:
     description: The systemd unit that serves I(url).
     type: str
@@ -92,6 +95,7 @@ elapsed:
   returned: always
 """
 
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -108,9 +112,10 @@ from ansible.module_utils.service_start import (
 )
 
 
-def _status(url: str, timeout: float) -> tuple[int | None, str]:
+def _status(url: str, timeout: float, ca_path: str | None = None) -> tuple[int | None, str]:
+    context = ssl.create_default_context(cafile=ca_path or None) if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return response.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, ""
@@ -122,6 +127,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "url": {"type": "str", "required": True},
+            "ca_path": {"type": "path"},
             "unit": {"type": "str", "default": "sglang"},
             "window": {"type": "float", "default": 10},
             "interval": {"type": "float", "default": 1},
@@ -136,7 +142,7 @@ def main() -> None:
     show = [systemctl, "show", params["unit"], "-p", ",".join(SHOW_PROPERTIES)]
     started = time.monotonic()
     while True:
-        status, error = _status(params["url"], params["request_timeout"])
+        status, error = _status(params["url"], params["request_timeout"], params["ca_path"])
         rc, out, err = module.run_command(show)
         if rc != 0:
             module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}")

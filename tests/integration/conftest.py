@@ -26,9 +26,9 @@ LAB_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 # The lab's secrets (lab values in inventory/lab/group_vars, handled by the roles exactly like vault values).
 _LAB_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml").read_text())
 _ROUTER_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "sglang_router.yml").read_text())
-_TLS_KEY = (
-    Path(os.environ.get("GLM5_CACHE") or Path.home() / ".cache" / "glm5-deploy").as_posix() + "-lab-tls"
-) + "/router.key"
+_TLS_DIR = Path(
+    (os.environ.get("GLM5_CACHE") or (Path.home() / ".cache" / "glm5-deploy").as_posix()) + "-lab-tls"
+)
 SECRETS = {
     "sglang_router_api_key": _LAB_VARS["sglang_router_api_key"],
     "sglang_server_api_key": _LAB_VARS["sglang_server_api_key"],
@@ -36,7 +36,8 @@ SECRETS = {
     "model_checkpoint_hf_token": _LAB_VARS["model_checkpoint_hf_token"],
     "sglang_router_admin_key": _ROUTER_VARS["sglang_router_admin_key"],
     # One line of the router's TLS key (lab/bin/lab-tls): enough to find the key wherever it would leak.
-    "sglang_router_tls_private_key": Path(_TLS_KEY).read_text().splitlines()[1],
+    "sglang_router_tls_private_key": (_TLS_DIR / "router.key").read_text().splitlines()[1],
+    "sglang_server_tls_private_key": (_TLS_DIR / "gpu-node-2.key").read_text().splitlines()[1],
 }
 
 
@@ -184,6 +185,17 @@ def lab(host: str, command: str, check: bool = True) -> subprocess.CompletedProc
 # lab CA is where the router role writes it on lab-gateway.
 ROUTER_URL = "https://127.0.0.1:30000"
 ROUTER_CA = "/etc/glm5-deploy/router-ca.pem"
+# TLS from the router to the nodes on one lab node (inventory/lab/host_vars/gpu-node-2.yml): its server speaks
+# https, verified against the lab CA where the roles write the nodes' CA (on the nodes and lab-gateway).
+TLS_NODE = "gpu-node-2"
+NODES_CA = "/etc/glm5-deploy/nodes-ca.pem"
+
+
+def node_url(host: str) -> str:
+    """A lab node's server as the router (and its worker list) names it: https on TLS_NODE, else http."""
+    return f"{'https' if host == TLS_NODE else 'http'}://{host}:30000"
+
+
 HTTP_FROM = """
 import http.client, json, ssl, sys, urllib.error, urllib.request
 url, method, timeout, ca = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import LAB_NODES, ROOT, Run, lab, leaks, router_workers
+from conftest import LAB_NODES, ROOT, Run, lab, leaks, node_url, router_workers
 
 VICTIM = "gpu-node-3"
 MODELS = "/var/lib/sglang/models"
@@ -452,7 +452,7 @@ def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(run_playb
     assert not drained, "a replica was taken out of the router"
     assert node_state(adhoc) == before
     workers = router_workers()
-    assert all(workers.get(f"http://{h}:30000", {}).get("is_healthy") for h in LAB_NODES), workers
+    assert all(workers.get(node_url(h), {}).get("is_healthy") for h in LAB_NODES), workers
 
 
 @pytest.fixture(scope="module")

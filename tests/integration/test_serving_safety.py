@@ -31,6 +31,7 @@ from conftest import (
     SECRETS,
     Run,
     lab,
+    node_url,
     restore_nan_node,
     router_workers,
 )
@@ -43,10 +44,6 @@ LOADGEN = "/usr/local/lib/glm5-lab-loadgen"
 LOADGEN_FILES = "/var/tmp/glm5-guard-chaos"
 FAIL_AFTER = 2  # sglang_guard_fail_after's default, which the lab keeps
 CHECK_SLACK = 3 * 5 + 5  # one check of a server that refuses connections: 3 retries 5 s apart, and a margin
-
-
-def url(host: str) -> str:
-    return f"http://{host}:30000"
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 1.0) -> object:
@@ -136,10 +133,10 @@ def test_site_fails_the_nan_node_and_the_router_does_not_route_to_it(nan_site) -
             assert rows[host].split()[-1] == "in", rows[host]
     # When the play ends the router does not route to it; the others serve, and its answers pass.
     workers = router_workers()
-    assert url(NAN_NODE) not in workers, sorted(workers)
+    assert node_url(NAN_NODE) not in workers, sorted(workers)
     for host in LAB_NODES:
         if host != NAN_NODE:
-            assert workers[url(host)]["is_healthy"], workers[url(host)]
+            assert workers[node_url(host)]["is_healthy"], workers[node_url(host)]
     (through,) = run.results("Ask the probes through the router and judge the answers").values()
     assert through["passed"], through.get("msg")
 
@@ -186,7 +183,7 @@ def swap_weights(poison: bool) -> float:
     its port and /health. Returns when the swap was asked."""
     script = (
         "import json, sys, urllib.request;"
-        f"r = urllib.request.Request('{url(NAN_NODE)}/update_weights_from_disk',"
+        f"r = urllib.request.Request('{node_url(NAN_NODE)}/update_weights_from_disk',"
         " data=json.dumps({'model_path': sys.argv[1]}).encode(),"
         " headers={'Authorization': 'Bearer ' + sys.stdin.read().strip(),"
         " 'Content-Type': 'application/json'});"
@@ -207,9 +204,9 @@ def swap_weights(poison: bool) -> float:
 def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, tmp_path, capsys) -> None:
     restore_nan_node(tmp_path)
     workers = router_workers()
-    assert all(workers.get(url(h), {}).get("is_healthy") for h in LAB_NODES), workers
+    assert all(workers.get(node_url(h), {}).get("is_healthy") for h in LAB_NODES), workers
     interval = guard_interval()
-    victim = url(NAN_NODE)
+    victim = node_url(NAN_NODE)
     cpu_before = guard_cpu_seconds()
     server_pid = lab(NAN_NODE, "systemctl show sglang -p MainPID --value").stdout.strip()
     test_started = time.time()

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import LAB_NODES, Run, leaks
+from conftest import LAB_NODES, Run, leaks, node_url
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
@@ -113,7 +113,7 @@ def test_the_router_answers_and_routes_to_every_replica(converged, adhoc) -> Non
     text = metrics["lab-gateway"]["content"]
     assert re.search(r"^smg_worker_pool_size\{[^}]*\} 3$", text, re.M), text[:2000]
     for host in LAB_NODES:
-        assert f'smg_worker_health{{worker="http://{host}:30000"}} 1' in text
+        assert f'smg_worker_health{{worker="{node_url(host)}"}} 1' in text
 
 
 def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run_playbook, tmp_path) -> None:

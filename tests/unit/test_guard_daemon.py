@@ -246,6 +246,7 @@ def config_for(fleet: Fleet, tmp_path: Path, replicas: list[str], **extra: Any) 
         "hold_dir": str(tmp_path / "holds"),
         "state_file": str(tmp_path / "state" / "state.json"),
         "ca_bundle": None,
+        "replica_ca_bundle": None,
         **extra,
     }
 
@@ -678,6 +679,16 @@ def test_config_defaults_and_url_normalization(fleet: Fleet, tmp_path: Path) -> 
     assert (config.interval, config.fail_after, config.recover_after, config.timeout) == (60, 2, 3, 120)
     assert [p.name for p in config.probes] == ["2+2", "prime"]
     assert (config.metrics_host, config.metrics_port, config.verify) == ("127.0.0.1", 29100, True)
+    assert config.replica_verify is True
+    both = GUARD.Config.from_mapping(
+        {"router_url": "https://r:30000", "replicas": ["https://a:30000"], "ca_bundle": "/etc/r.pem",
+         "replica_ca_bundle": "/etc/n.pem"}
+    )  # fmt: skip
+    assert (both.verify, both.replica_verify) == ("/etc/r.pem", "/etc/n.pem")
+    with pytest.raises(GUARD.ConfigError, match="'replica_ca_bundle' must be a non-empty string"):
+        GUARD.Config.from_mapping(
+            {"router_url": "http://r", "replicas": ["http://a"], "replica_ca_bundle": ""}
+        )
     with pytest.raises(GUARD.ConfigError, match="lists a URL twice"):
         GUARD.Config.from_mapping({"router_url": "http://r", "replicas": ["http://a/", "http://a"]})
 

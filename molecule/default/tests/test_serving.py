@@ -13,8 +13,33 @@ LAB_VARS = Path(__file__).resolve().parents[3] / "inventory" / "lab" / "group_va
 API_KEY = yaml.safe_load(LAB_VARS.read_text())["sglang_server_api_key"]
 
 
+# A node with a TLS certificate (inventory/lab/host_vars/gpu-node-2.yml) serves https only, verified against
+# the nodes' CA where the role writes it.
+NODES_CA = "/etc/glm5-deploy/nodes-ca.pem"
+
+
 def server(host) -> str:
-    return f"http://{host.check_output('hostname')}:30000"
+    """The node's server as curl's arguments: its URL, and the CA for a node that speaks TLS."""
+    name = host.check_output("hostname")
+    if host.file("/etc/sglang/tls.crt").exists:
+        return f"--cacert {NODES_CA} https://{name}:30000"
+    return f"http://{name}:30000"
+
+
+TLS_NODE = "gpu-node-2"
+
+
+def test_the_lab_node_with_a_certificate_speaks_tls_only_and_the_others_plain_http(host) -> None:
+    name = host.check_output("hostname")
+    argv = host.check_output("systemctl show sglang -p ExecStart --value")
+    assert host.file("/etc/sglang/tls.crt").exists == (name == TLS_NODE)
+    assert ("--ssl-certfile /etc/sglang/tls.crt" in argv) == (name == TLS_NODE)
+    if name == TLS_NODE:
+        assert "--ssl-keyfile /etc/sglang/tls.key" in argv and f"--ssl-ca-certs {NODES_CA}" in argv
+        key = host.file("/etc/sglang/tls.key")
+        assert (key.user, key.group, oct(key.mode)) == ("root", "sglang", "0o640")
+        plain = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://{name}:30000/health")
+        assert plain.stdout == "000", plain.stdout  # no HTTP answer on the TLS port
 
 
 def test_service_is_enabled_and_running(host) -> None:

@@ -78,7 +78,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "metrics_port": 29100,
     "hold_dir": "/var/lib/sglang-guard/holds",
     "state_file": "/var/lib/sglang-guard/state.json",
-    "ca_bundle": None,
+    "ca_bundle": None,  # None: the system's CAs, for an https router
+    "replica_ca_bundle": None,  # None: the system's CAs, for https replicas (TLS to the nodes)
 }
 
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection (capped by the request timeout)
@@ -125,11 +126,17 @@ class Config:
     hold_dir: str = "/var/lib/sglang-guard/holds"
     state_file: str = "/var/lib/sglang-guard/state.json"
     ca_bundle: str | None = None
+    replica_ca_bundle: str | None = None
 
     @property
     def verify(self) -> bool | str:
-        """The ``verify`` argument of requests: the CA bundle when one is set."""
+        """The ``verify`` argument of requests to the router: its CA bundle when one is set."""
         return self.ca_bundle or True
+
+    @property
+    def replica_verify(self) -> bool | str:
+        """The ``verify`` argument of requests to the replicas: the nodes' CA bundle when one is set."""
+        return self.replica_ca_bundle or True
 
     @classmethod
     def from_mapping(cls, raw: object) -> Config:
@@ -164,7 +171,7 @@ class Config:
                 raise ConfigError(f"'{key}' must be a number of seconds above 0, got {value!r}")
         if not isinstance(data["logprobs"], bool):
             raise ConfigError("'logprobs' must be true or false")
-        for key in ("model", "ca_bundle"):
+        for key in ("model", "ca_bundle", "replica_ca_bundle"):
             if data[key] is not None and (not isinstance(data[key], str) or not data[key]):
                 raise ConfigError(f"'{key}' must be a non-empty string or null")
         for key in ("metrics_host", "hold_dir", "state_file"):
@@ -188,6 +195,7 @@ class Config:
             hold_dir=data["hold_dir"],
             state_file=data["state_file"],
             ca_bundle=data["ca_bundle"],
+            replica_ca_bundle=data["replica_ca_bundle"],
         )
 
 
@@ -863,7 +871,7 @@ class Guard:
             model=config.model,
             logprobs=config.logprobs,
             timeout=config.timeout,
-            verify=config.verify,
+            verify=config.replica_verify,
             retries=self.retries,
             retry_delay=self.retry_delay,
             stop=self.stop,
