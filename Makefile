@@ -21,7 +21,7 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-.PHONY: help deps venv image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs clean clean-cache
+.PHONY: help deps venv image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -119,6 +119,10 @@ bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite doc
 
 docs: venv ## Rewrite the variable tables of each role's README from its meta/argument_specs.yml.
 	$(BIN)/python docs/role_readme.py
+
+changelog: venv ## Release VERSION: the fragments in changelogs/fragments/ become its section of CHANGELOG.md.
+	@test -n "$(VERSION)" || { echo "usage: make changelog VERSION=x.y.z"; exit 2; }
+	$(BIN)/antsibull-changelog release --version $(VERSION)
 
 clean: lab-down ## Take the lab down and remove the venv.
 	rm -rf $(VENV)

@@ -1,0 +1,26 @@
+"""CHANGELOG.md is antsibull-changelog's rendering of changelogs/changelog.yaml, and the pending fragments are
+valid: a release (make changelog VERSION=x.y.z) turns them into the next section."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = str(Path(sys.executable).parent / "antsibull-changelog")
+
+
+def test_the_fragments_and_the_changelog_lint_clean() -> None:
+    done = subprocess.run([TOOL, "lint"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
+def test_changelog_md_is_generated_from_the_changelog_data(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "changelogs", tmp_path / "changelogs")
+    done = subprocess.run([TOOL, "generate"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "CHANGELOG.md").read_text() == (ROOT / "CHANGELOG.md").read_text(), (
+        "CHANGELOG.md is stale or edited by hand: run antsibull-changelog generate"
+    )
