@@ -53,6 +53,7 @@ from ansible.module_utils.sglang_flags import (  # noqa: E402
     lane_toolkit,
     load_lanes,
     load_profiles,
+    missing_settings,
     render_sglang_args,
     resolve_profile,
 )
@@ -100,6 +101,11 @@ def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
 def sglang_args(settings: Mapping[str, Any], version: str) -> list[str]:
     """Render settings as the CLI arguments of sglang `version`."""
     return render_sglang_args(settings, str(version))
+
+
+def sglang_missing_settings(keys: Any, version: str) -> list[str]:
+    """The settings among ``keys`` that sglang ``version`` has no flag for."""
+    return missing_settings([str(k) for k in keys], str(version))
 
 
 def sglang_profile(
@@ -223,6 +229,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_args": _wrap(sglang_args),
+            "sglang_missing_settings": _wrap(sglang_missing_settings),
             "sglang_profile": _wrap(sglang_profile),
             "sglang_evidence_line": _wrap(evidence_line),
             "sglang_known_bad": _wrap(sglang_known_bad),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,15 @@ def _dialect_for(sglang_version: str, dialects: Mapping[str, Any] | None) -> dic
         f"sglang {version} has no flag dialect (known: {', '.join(sorted(table, key=version_key))}); "
         "add one to python_plugins/data/lanes.yml and run the parser check (python_plugins/data/README.md)"
     )
+
+
+def missing_settings(
+    keys: Iterable[str], sglang_version: str, dialects: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The settings of ``keys`` that sglang ``sglang_version`` has no flag for (its dialect's dests)."""
+    flags = _dialect_for(sglang_version, dialects).get("flags") or {}
+    dests = {spec.get("dest") for spec in flags.values()}
+    return [str(key) for key in keys if str(key) not in dests]
 
 
 def bench_module(sglang_version: str, dialects: Mapping[str, Any] | None = None) -> str:

@@ -16,6 +16,7 @@ from ansible.module_utils.sglang_flags import (
     load_dialects,
     load_lanes,
     load_profiles,
+    missing_settings,
     render_sglang_args,
     resolve_profile,
     version_matches,
@@ -537,3 +538,11 @@ def test_evidence_errors(evidence: dict | None, message: str) -> None:
 def test_evidence_levels_are_ordered() -> None:
     ranks = list(EVIDENCE_LEVELS.values())
     assert ranks == sorted(ranks) and EVIDENCE_LEVELS["seed-run"] == EVIDENCE_LEVELS["lab-run"]
+
+
+def test_the_seed_lane_has_no_tls_flags_and_the_current_lane_has_them() -> None:
+    """TLS from the router to the nodes: preflight refuses a node certificate on a lane without --ssl-*."""
+    tls = ["ssl_certfile", "ssl_keyfile", "ssl_ca_certs"]
+    assert missing_settings(tls, "0.5.9") == tls
+    assert missing_settings(tls, "0.5.23") == []
+    assert missing_settings(["tp_size", "no_such_setting"], "0.5.23") == ["no_such_setting"]
