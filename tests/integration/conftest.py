@@ -221,10 +221,12 @@ def http_from(
     body: Any = None,
     timeout: float = 10,
     ca: str = ROUTER_CA,
+    key_value: str = "",
 ) -> tuple[int, str]:
-    """One HTTP request from inside a lab host's container, with the lab key named ``key`` (a SECRETS name; on
-    stdin, on no command line): the status (0 when the connection fails, times out or the server's certificate
-    is not trusted) and the body. An https URL is verified against ``ca`` ("": the system's CAs)."""
+    """One HTTP request from inside a lab host's container, with the lab key named ``key`` (a SECRETS name),
+    or the key ``key_value`` (on stdin, on no command line): the status (0 when the connection fails, times
+    out or the server's certificate is not trusted) and the body. An https URL is verified against ``ca``
+    ("": the system's CAs)."""
     shown = subprocess.run(
         [
             "podman",
@@ -239,7 +241,7 @@ def http_from(
             str(timeout),
             ca,
         ],
-        input=(SECRETS[key] if key else "") + "\n" + (json.dumps(body) if body is not None else ""),
+        input=(SECRETS[key] if key else key_value) + "\n" + (json.dumps(body) if body is not None else ""),
         capture_output=True,
         text=True,
         check=True,

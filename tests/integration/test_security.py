@@ -320,6 +320,41 @@ def test_the_router_serves_no_server_info_and_the_nodes_show_their_keys_to_their
     assert "/get_server_info" in page and "sglang 0.5.23" in page
 
 
+ROTATED_KEY = "glm5-lab-rotated-client-key-not-a-secret"
+
+
+def test_the_clients_key_rotates_without_a_window(run_playbook) -> None:
+    """docs/security.md, "Rotating a key": the new clients' key with the old one in
+    sglang_router_previous_api_keys, then the new one alone; playbooks/router.yml each time (glm5_site: the
+    routing check is validate.yml's, not this test's). The edge reloads (its master and smg keep their PIDs),
+    so no request is cut; both keys are served in between. The lab's own key is put back at the end."""
+    old = SECRETS[CLIENT]
+
+    def served(key: str) -> int:
+        return http_from("lab-gateway", f"{ROUTER}/v1/models", "", "GET", None, key_value=key)[0]
+
+    pids = "systemctl show -p MainPID --value sglang-edge sglang-router"
+    before = lab("lab-gateway", pids).stdout.split()
+    try:
+        both = run_playbook(
+            "playbooks/router.yml",
+            extravars={"glm5_site": True, "sglang_router_api_key": ROTATED_KEY,
+                       "sglang_router_previous_api_keys": [old]},
+        )  # fmt: skip
+        assert both.status == "successful", both.stats
+        assert (served(ROTATED_KEY), served(old)) == (200, 200)
+        new_only = run_playbook(
+            "playbooks/router.yml", extravars={"glm5_site": True, "sglang_router_api_key": ROTATED_KEY}
+        )
+        assert new_only.status == "successful", new_only.stats
+        assert (served(ROTATED_KEY), served(old)) == (200, 401)
+        assert lab("lab-gateway", pids).stdout.split() == before, "the edge or smg restarted"
+    finally:
+        back = run_playbook("playbooks/router.yml", extravars={"glm5_site": True})
+    assert back.status == "successful", back.stats
+    assert (served(old), served(ROTATED_KEY)) == (200, 401)
+
+
 def test_the_router_speaks_tls_only_and_a_client_that_does_not_trust_the_ca_is_refused() -> None:
     """The router's port with the lab CA: served. Without it (the system's CAs only): the handshake fails on
     the certificate. Plain HTTP on the same port: no answer."""
