@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, Run, leaks, run_playbook_in
+from conftest import ROOT, SECRETS, Run, leaks, run_playbook_in
 
 INPUTS_PLAY = "Check the inventory's inputs before anything changes"
 CHECKING_PLAYS = {INPUTS_PLAY, "Preflight checks on the GPU nodes, before anything changes"}
@@ -113,8 +113,8 @@ CASES = [
     Case(
         "clients-key-is-the-nodes-key",
         ("sglang_router_api_key", "sglang_server_api_key", "one door"),
-        {"sglang_router_api_key": "glm5-lab-server-key-not-a-secret"},
-        hidden=("glm5-lab-server-key-not-a-secret",),
+        {"sglang_router_api_key": SECRETS["sglang_server_api_key"]},
+        hidden=(SECRETS["sglang_server_api_key"],),
     ),
     # The edge writes the clients' key into nginx's configuration as a header string.
     Case(
