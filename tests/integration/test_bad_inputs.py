@@ -171,6 +171,17 @@ CASES = [
         },
         on_nodes=True,
     ),
+    # TLS from the router to the nodes needs sglang's --ssl-* flags, which the seed lane (0.5.9) lacks.
+    Case(
+        "node-tls-on-the-seed-lane",
+        ("sglang_server_tls_certificate", "no ssl_certfile, ssl_keyfile, ssl_ca_certs flag", "0.5.23 lane"),
+        {
+            "sglang_profile": "sm120",
+            "sglang_lane": "seed",
+            "sglang_server_tls_certificate": "{{ lookup('ansible.builtin.file', lab_tls_dir ~ '/ca.pem') }}",
+        },
+        on_nodes=True,
+    ),
     Case(
         "unsupported-os",
         ("preflight_supported_os", "debian12"),
