@@ -29,6 +29,7 @@ from conftest import (
     ROUTER_CA,
     ROUTER_URL,
     SECRETS,
+    TLS_NODE,
     Run,
     lab,
     node_url,
@@ -310,5 +311,10 @@ def test_the_lab_prometheus_runs_the_roles_configuration_and_scrapes_everything(
     up = {(t["labels"]["job"], t["health"]) for t in targets["data"]["activeTargets"]}
     jobs = {job for job, _ in up}
     assert {"glm5-sglang", "glm5-router", "glm5-guard"} <= jobs, up
+    # TLS from the router to the nodes: Prometheus scrapes gpu-node-2 over https, verified by the nodes' CA.
+    scraped = {t["scrapeUrl"]: t for t in targets["data"]["activeTargets"]}
+    tls_target = scraped.get(f"{node_url(TLS_NODE)}/metrics", {})
+    assert tls_target.get("health") != "down" and "lastError" in tls_target, sorted(scraped)
+    assert not tls_target["lastError"], tls_target["lastError"]
     names = {r["name"] for group in rules["data"]["groups"] for r in group["rules"]}
     assert {"GLM5FailedVerdict", "GLM5ReplicaOutOfRouter", "GLM5NoHealthyReplica"} <= names, names
