@@ -280,10 +280,42 @@ def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator
     restore_nan_node(tmp_path_factory.mktemp("nan-restore"))
 
 
-def restore_nan_node(tmp_path: Path) -> None:
-    """NAN_NODE back on the inventory's model, proven and in the router (serve.yml ends with validate.yml);
-    nothing to do when its unit already names the inventory's model."""
-    if "tiny-nan" not in lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout:
+def restore_nan_node(tmp_path: Path, always: bool = False) -> None:
+    """NAN_NODE served from the inventory again, proven and in the router (serve.yml ends with validate.yml):
+    when its unit names the NaN copy, or ``always`` (it may be broken otherwise: the tests marked
+    breaks_nan_node run just before the one that restores it)."""
+    if not always and "tiny-nan" not in lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout:
         return
+    if always:
+        # A stalled rank may ignore SIGTERM for the unit's whole stop timeout (10 min): kill it first.
+        lab(NAN_NODE, "systemctl kill -s KILL sglang", check=False)
     run = run_playbook_in(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
     assert run.status == "successful", run.stats
+    # serve.yml alone names the release in ExecStart, as site.yml does (not the current link): a unit written
+    # through the link would make the next site.yml rewrite it and restart the node.
+    unit = lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout
+    current = lab(NAN_NODE, "readlink -f /opt/sglang/current").stdout.strip()
+    assert f"ExecStart={current}/venv/bin/python " in unit, unit
+
+
+# Tests that leave NAN_NODE's server broken (a crash loop, a stalled start) are marked breaks_nan_node; the
+# first test that serves it from the inventory again is marked restores_nan_node (the guard's, which needs it
+# healthy). Run together, the breaking tests go right before the restoring one, after the NaN site.yml run
+# (which wants the fleet whole): one restart puts the node back for all of them instead of one each.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    breaking = [i for i in items if i.get_closest_marker("breaks_nan_node")]
+    restoring = next((i for i in items if i.get_closest_marker("restores_nan_node")), None)
+    if not breaking or restoring is None:
+        return
+    rest = [i for i in items if i not in breaking]
+    at = rest.index(restoring)
+    items[:] = rest[:at] + breaking + rest[at:]
+    config.stash[NAN_NODE_RESTORED_LATER] = True
+
+
+NAN_NODE_RESTORED_LATER = pytest.StashKey[bool]()
+
+
+def nan_node_restored_later(config: pytest.Config) -> bool:
+    """Whether a test marked restores_nan_node runs after the ones that break NAN_NODE in this session."""
+    return config.stash.get(NAN_NODE_RESTORED_LATER, False)

@@ -202,8 +202,9 @@ def swap_weights(poison: bool) -> float:
     return at
 
 
+@pytest.mark.restores_nan_node
 def test_the_guard_takes_a_garbage_node_out_and_puts_it_back(nan_site, loadgen, tmp_path, capsys) -> None:
-    restore_nan_node(tmp_path)
+    restore_nan_node(tmp_path, always=True)
     workers = router_workers()
     assert all(workers.get(node_url(h), {}).get("is_healthy") for h in LAB_NODES), workers
     interval = guard_interval()
