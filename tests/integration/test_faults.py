@@ -26,6 +26,7 @@ from conftest import (
     LAB_NODES,
     NAN_NODE,
     ROOT,
+    RUNNER_ENV,
     Run,
     lab,
     leaks,
@@ -116,8 +117,7 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
         inventory=str(ROOT / "inventory" / "lab"),
         extravars=update,
         envvars={
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
+            **RUNNER_ENV,
             # Only waits for the failure: the frozen node is unreachable after 10 s of keepalives instead of
             # ansible.cfg's 60 s, and its reconnects are not retried 3 times. Its own control sockets, so
             # that the masters other runs opened with ansible.cfg's keepalives are not reused.

@@ -58,6 +58,14 @@ def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
     assert sum(checked.stats.get("changed", {}).values()) == 0
 
 
+def test_the_projects_callbacks_load_under_ansible_runner(converged) -> None:
+    """ansible-runner (AWX's engine, and this suite's) sets ANSIBLE_CALLBACK_PLUGINS, which overrides
+    ansible.cfg's callback_plugins; conftest.RUNNER_ENV names the project's directory there too."""
+    _, checked = converged
+    assert "Skipping callback plugin" not in checked.stdout, checked.stdout[:2000]
+    assert "TASKS RECAP" in checked.stdout  # profile_tasks, from the collections' own path
+
+
 def test_fleet_summary_names_every_node(converged) -> None:
     summary = converged[0].results("Summarize the fleet")
     lines = next(iter(summary.values()))["msg"]
