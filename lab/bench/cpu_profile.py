@@ -3,7 +3,7 @@
 
     python lab/bench/cpu_profile.py [--interval 30] [--window 300] [--out FILE.json] -- CMD...
 
-Every --interval seconds it records the machine's busy and idle CPU (/proc/stat), each podman container's CPU
+Every --interval seconds it records the machine's busy, idle and stolen CPU (/proc/stat), each podman container's CPU
 (its cgroup v1 cpuacct.usage under libpod_parent, by container name) and the CPU of lab/bin/background's
 cgroup (make test's checks half, on the control node). When CMD ends it prints, and writes to --out (default
 build/bench/cpu-profile.json), the CPU seconds per group (lab nodes, lab-gateway, the container scenarios'
@@ -31,6 +31,9 @@ PODMAN_CGROUPS = Path("/sys/fs/cgroup/cpuacct/libpod_parent")
 BACKGROUND = "background"
 BACKGROUND_CGROUP = Path("/sys/fs/cgroup/cpuacct/glm5-background/cpuacct.usage")
 REST = "control node (the rest)"
+# The time the hypervisor gave another guest while this machine had work (/proc/stat's steal): neither busy
+# nor idle here, and the reason one run of the same commit is slower than another on a shared host.
+STEAL = "steal"
 
 # time, busy s, idle s, CPU s by container name (or BACKGROUND)
 Sample = tuple[float, float, float, dict[str, float]]
@@ -67,6 +70,9 @@ def summarize(samples: Sequence[Sample], window: float = 300) -> dict[str, Any]:
         for name, value in seen.items():
             before = seen0.get(name, 0.0)
             used = value - before if value >= before else value
+            if name == STEAL:
+                delta[STEAL] = used
+                continue
             delta[group(name)] = delta.get(group(name), 0.0) + used
             explained += used
         delta[REST] = delta["busy"] - explained
@@ -89,10 +95,11 @@ def render(summary: dict[str, Any]) -> str:
     totals = summary["totals"]
     lines = [f"{summary['seconds']:.0f} s sampled: CPU seconds by group"]
     lines += [f"  {name:32s} {value:9.0f}" for name, value in totals.items()]
-    keys = [k for k in totals if k not in ("busy", "idle")]
-    lines.append("window (min) " + " ".join(f"{k[:12]:>12s}" for k in ["busy", "idle", *keys]))
+    keys = [k for k in totals if k not in ("busy", "idle", STEAL)]
+    first = ["busy", "idle", *([STEAL] if STEAL in totals else [])]
+    lines.append("window (min) " + " ".join(f"{k[:12]:>12s}" for k in [*first, *keys]))
     for slot in summary["windows"]:
-        cells = " ".join(f"{slot.get(k, 0.0):12.0f}" for k in ["busy", "idle", *keys])
+        cells = " ".join(f"{slot.get(k, 0.0):12.0f}" for k in [*first, *keys])
         lines.append(f"{slot['start'] // 60:12d} {cells}")
     return "\n".join(lines)
 
@@ -109,6 +116,7 @@ def sample() -> Sample:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     ticks = [int(v) / 100 for v in fields]
     busy, idle = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6], ticks[3] + ticks[4]
+    steal = ticks[7] if len(ticks) > 7 else 0.0
     try:
         shown = subprocess.run(
             ["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
@@ -118,7 +126,7 @@ def sample() -> Sample:
         ).stdout
     except OSError:  # a fresh machine: make installs podman during the command
         shown = ""
-    seen: dict[str, float] = {}
+    seen: dict[str, float] = {STEAL: steal}
     for line in shown.splitlines():
         cid, _, name = line.partition(" ")
         used = _cpu_seconds(PODMAN_CGROUPS / f"libpod-{cid}" / "cpuacct.usage")

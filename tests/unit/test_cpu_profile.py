@@ -51,6 +51,23 @@ def test_a_container_made_again_counts_from_zero_and_windows_split_the_run() -> 
     assert "scenario containers" in text and text.splitlines()[0] == "400 s sampled: CPU seconds by group"
 
 
+def test_steal_is_its_own_figure_and_no_group_is_charged_with_it() -> None:
+    samples = [
+        (0.0, 100.0, 50.0, {cpu_profile.STEAL: 7.0, "glm5-lab-gpu-node-1": 10.0}),
+        (60.0, 180.0, 60.0, {cpu_profile.STEAL: 19.0, "glm5-lab-gpu-node-1": 40.0}),
+    ]
+    summary = cpu_profile.summarize(samples)
+    assert summary["totals"] == {
+        "busy": 80.0,
+        "control node (the rest)": 50.0,
+        "lab nodes": 30.0,
+        "steal": 12.0,
+        "idle": 10.0,
+    }
+    header = cpu_profile.render(summary).splitlines()[-2].split()
+    assert header[2:5] == ["busy", "idle", "steal"]
+
+
 def test_one_sample_is_refused() -> None:
     with pytest.raises(ValueError, match="two samples"):
         cpu_profile.summarize([(0.0, 0.0, 0.0, {})])
