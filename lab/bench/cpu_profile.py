@@ -6,10 +6,10 @@
 Every --interval seconds it records the machine's busy, idle and stolen CPU (/proc/stat), each podman
 container's CPU (its cgroup v1 cpuacct.usage under libpod_parent, by container name) and the CPU of
 lab/bin/background's cgroup (make test's checks half, on the control node). When CMD ends it prints, and
-writes to --out (default build/bench/cpu-profile.json), the CPU seconds per group (lab nodes, lab-gateway, the
-container scenarios' containers, the checks half, the rest of the control node, the steal) in all and per --window seconds, and exits with
-CMD's exit code. A benchmark, not a test: nothing is asserted about time. The summary is pure (summarize,
-below; tests/unit/test_cpu_profile.py).
+writes to --out (default build/bench/cpu-profile.json), the CPU seconds per group (lab nodes, lab-gateway,
+the container scenarios' containers, the checks half, the rest of the control node, the steal) in all and
+per --window seconds, and exits with CMD's exit code. A benchmark, not a test: nothing is asserted about
+time. The summary is pure (summarize, below; tests/unit/test_cpu_profile.py).
 """
 
 from __future__ import annotations
