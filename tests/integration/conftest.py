@@ -288,7 +288,7 @@ def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator
     started = time.time()
     run = run_playbook_in(tmp_path_factory.mktemp("nan-site"), "site.yml", inventory=inventory, verbosity=3)
     yield run, started
-    restore_nan_node(tmp_path_factory.mktemp("nan-restore"))
+    restore_nan_node(tmp_path_factory.mktemp("nan-restore"), always=NAN_NODE_LEFT_BROKEN["broken"])
 
 
 def restore_nan_node(tmp_path: Path, always: bool = False) -> None:
@@ -302,11 +302,18 @@ def restore_nan_node(tmp_path: Path, always: bool = False) -> None:
         lab(NAN_NODE, "systemctl kill -s KILL sglang", check=False)
     run = run_playbook_in(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
     assert run.status == "successful", run.stats
+    NAN_NODE_LEFT_BROKEN["broken"] = False
     # serve.yml alone names the release in ExecStart, as site.yml does (not the current link): a unit written
     # through the link would make the next site.yml rewrite it and restart the node.
     unit = lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout
     current = lab(NAN_NODE, "readlink -f /opt/sglang/current").stdout.strip()
     assert f"ExecStart={current}/venv/bin/python " in unit, unit
+
+
+NAN_NODE_RESTORED_LATER = pytest.StashKey[bool]()
+# Whether NAN_NODE was left broken for the test marked restores_nan_node, and not restored since: nan_site's
+# teardown then restores it, so that a failure before that restore does not leave the lab broken.
+NAN_NODE_LEFT_BROKEN = {"broken": False}
 
 
 # Tests that leave NAN_NODE's server broken (a crash loop, a stalled start) are marked breaks_nan_node; the
@@ -322,9 +329,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     at = rest.index(restoring)
     items[:] = rest[:at] + breaking + rest[at:]
     config.stash[NAN_NODE_RESTORED_LATER] = True
-
-
-NAN_NODE_RESTORED_LATER = pytest.StashKey[bool]()
 
 
 def nan_node_restored_later(config: pytest.Config) -> bool:

@@ -25,6 +25,7 @@ import yaml
 from conftest import (
     LAB_NODES,
     NAN_NODE,
+    NAN_NODE_LEFT_BROKEN,
     ROOT,
     RUNNER_ENV,
     Run,
@@ -477,6 +478,7 @@ def restore_victim(
     before = node_state(adhoc)
     yield before
     if nan_node_restored_later(request.config):
+        NAN_NODE_LEFT_BROKEN["broken"] = True
         return
     restore_nan_node(tmp_path_factory.mktemp("victim-restore"), always=True)
 
