@@ -21,7 +21,10 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-.PHONY: help deps venv image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
+COLLECTION_SRC := collections/ansible_collections/glm5/deploy
+COLLECTION_DIR := $(CURDIR)/build/collection
+
+.PHONY: help deps venv collection lint-collection image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -42,6 +45,12 @@ $(VENV)/.installed: requirements/control.txt requirements/control.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements/control.txt -c requirements/control.lock
 	touch $@
+
+collection: venv ## Build the installable collection glm5.deploy into build/collection/ (glm5-deploy-<version>.tar.gz).
+	rm -rf $(COLLECTION_DIR) && mkdir -p $(COLLECTION_DIR)
+	@# collections/ links plugins/, roles/ and playbooks/ to the repository's; the artifact holds the files.
+	cp -rL $(COLLECTION_SRC) $(COLLECTION_DIR)/src
+	$(BIN)/ansible-galaxy collection build $(COLLECTION_DIR)/src --output-path $(COLLECTION_DIR)
 
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image
@@ -89,8 +98,19 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff; promtool on the
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/ansible-lint
+	$(MAKE) --no-print-directory lint-collection
 	lab/bin/promtool check rules roles/sglang_monitoring/files/glm5-rules.yml
 	lab/bin/promtool test rules roles/sglang_monitoring/files/glm5-rules.test.yml
+
+# The artifact as a user's project installs it (an empty collections path, a configuration of its own), linted
+# there: what Galaxy and Automation Hub would lint.
+lint-collection: collection
+	rm -rf $(COLLECTION_DIR)/installed $(COLLECTION_DIR)/user && mkdir -p $(COLLECTION_DIR)/user
+	printf '[defaults]\ncollections_path = %s\n' $(COLLECTION_DIR)/installed > $(COLLECTION_DIR)/user/ansible.cfg
+	ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-galaxy collection install \
+	  $(COLLECTION_DIR)/glm5-deploy-*.tar.gz -p $(COLLECTION_DIR)/installed
+	cd $(COLLECTION_DIR)/installed/ansible_collections/glm5/deploy && \
+	  ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-lint --offline --profile production --exclude plugins/data
 
 unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q

@@ -1,19 +1,20 @@
-"""Shared pytest setup: make the project's module_utils importable as Ansible sees them."""
+"""Shared pytest setup: make the project's collection importable as Ansible sees it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import ansible.module_utils
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
-# Ansible loads python_plugins/module_utils/<name>.py as ansible.module_utils.<name>; do the same here.
-_MU = str(ROOT / "python_plugins" / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
+# Ansible loads python_plugins/module_utils/<name>.py as the collection's
+# ansible_collections.glm5.deploy.plugins.module_utils.<name> (collections/ in the repository links to it).
+_COLLECTIONS = str(ROOT / "collections")
+if _COLLECTIONS not in sys.path:
+    sys.path.insert(0, _COLLECTIONS)
 
 # make test runs these beside the lab suite, in the background of 2 shared cores (lab/bin/background): a
 # wall-clock limit on generating or running one example says nothing about the code there. Every example

@@ -57,7 +57,7 @@ def release_argv(ansible: str, lock: dict[str, str], args: dict) -> list[str]:
         "token": lock["token"],
         "lock_host": lock["lock_host"],
     }
-    argv = [ansible, lock["lock_host"], "-m", "fleet_lock", "-a", json.dumps(module_args), "-o"]
+    argv = [ansible, lock["lock_host"], "-m", "glm5.deploy.fleet_lock", "-a", json.dumps(module_args), "-o"]
     for key, flag in _VALUED.items():
         for value in args.get(key) or ():
             argv += [flag, str(value)]
@@ -74,7 +74,7 @@ class CallbackModule(CallbackBase):
 
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "glm5_fleet_lock"
+    CALLBACK_NAME = "glm5.deploy.glm5_fleet_lock"
     CALLBACK_NEEDS_ENABLED = True
 
     def __init__(self) -> None:

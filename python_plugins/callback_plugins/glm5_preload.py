@@ -15,8 +15,28 @@ Loaded here once, before the first fork, every task inherits them.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import become_loader, connection_loader, filter_loader, shell_loader, test_loader
+
+# The collection's own filters (glm5.deploy.<name>): filter_loader.all() lists the configured paths' plugins
+# only, so these are asked for by name.
+COLLECTION = "glm5.deploy"
+FILTER_PACKAGE = "ansible_collections.glm5.deploy.plugins.filter"
+
+
+def collection_filter_names() -> list[str]:
+    """The fully qualified names of every filter the collection's filter plugins define."""
+    names = []
+    for info in pkgutil.iter_modules(importlib.import_module(FILTER_PACKAGE).__path__):
+        module = importlib.import_module(f"{FILTER_PACKAGE}.{info.name}")
+        filter_module = getattr(module, "FilterModule", None)
+        if filter_module is not None:
+            names.extend(f"{COLLECTION}.{name}" for name in filter_module().filters())
+    return names
+
 
 # The connection, shell and become plugins a run of this project uses: ssh to the nodes (the lab's too), local
 # for the controller's own tasks, sh on every host, sudo where production's inventory sets become.
@@ -44,13 +64,15 @@ class CallbackModule(CallbackBase):
 
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "glm5_preload"
+    CALLBACK_NAME = "glm5.deploy.glm5_preload"
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook) -> None:
         for loader in (filter_loader, test_loader):
             for _plugin in loader.all():
                 pass
+        for name in collection_filter_names():
+            filter_loader.get(name)
         for loader, names in PRELOADED:
             for name in names:
                 loader.get(name, class_only=True)

@@ -10,16 +10,9 @@ Logic: module_utils/node_firewall.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.node_firewall import (  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.node_firewall import (
     names_to_resolve,
     parse_resolved,
     ruleset,

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.fleet_summary import fleet_summary, proven_replicas, validation_table  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
+    fleet_summary,
+    proven_replicas,
+    validation_table,
+)
 
 
 def glm5_fleet_summary(hosts: list[str], hostvars: Any) -> list[str]:

@@ -11,14 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.fleet_lock import describe, holder_gone  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import describe, holder_gone
 
 
 def _stat(pid: int) -> str:

@@ -22,13 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.fleet_inputs import (  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     admin_key_problems,
     bind_problems,
     checkpoint_problems,
@@ -43,7 +37,7 @@ from ansible.module_utils.fleet_inputs import (  # noqa: E402
     spec_inputs,
     value_problems,
 )
-from ansible.module_utils.sglang_flags import setting_dests  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import setting_dests
 
 
 def _provided(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:

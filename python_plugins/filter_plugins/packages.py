@@ -5,17 +5,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.dpkg_state import packages_plan  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.dpkg_state import packages_plan
 
 
 def glm5_packages_plan(lines: list[str], packages: list[str], version: str, hold: bool) -> dict[str, Any]:

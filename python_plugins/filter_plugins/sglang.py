@@ -35,19 +35,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 from ansible.errors import AnsibleFilterError
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.bench_report import bench_command, bench_target  # noqa: E402
-from ansible.module_utils.sglang_flags import (  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.bench_report import bench_command, bench_target
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     SglangFlagError,
     evidence_line,
     lane_toolkit,
@@ -57,8 +49,12 @@ from ansible.module_utils.sglang_flags import (  # noqa: E402
     render_sglang_args,
     resolve_profile,
 )
-from ansible.module_utils.sglang_known_bad import guard, load_known_bad, match_known_bad  # noqa: E402
-from ansible.module_utils.sglang_release import (  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_known_bad import (
+    guard,
+    load_known_bad,
+    match_known_bad,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_release import (
     pip_check_problems,
     pip_environment,
     pip_source_args,

@@ -7,18 +7,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 from ansible.errors import AnsibleFilterError
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.systemd_unit import SystemdQuoteError, environment_file, exec_command  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import (
+    SystemdQuoteError,
+    environment_file,
+    exec_command,
+)
 
 
 def systemd_exec(argv: Iterable[Any]) -> str:

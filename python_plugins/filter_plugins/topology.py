@@ -28,19 +28,11 @@ Logic: module_utils/fleet_topology.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 from ansible.errors import AnsibleFilterError
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.fleet_inputs import connect_host  # noqa: E402
-from ansible.module_utils.fleet_topology import (  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import connect_host
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
     NODES_CA_FILE,
     TopologyError,
     find_worker,

@@ -7,17 +7,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 from ansible.errors import AnsibleFilterError
-
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.tune import TuneError, rank, suggestion  # noqa: E402
+from ansible_collections.glm5.deploy.plugins.module_utils.tune import TuneError, rank, suggestion
 
 
 def sglang_tune_rank(results: list[dict[str, Any]], metric: str) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-import ansible.module_utils
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import controller_run
 
 DOCUMENTATION = """
 name: glm5_controller_run
@@ -18,8 +18,7 @@ description:
   - Returns one mapping for this ansible-playbook process on the controller, as module_utils.fleet_lock's
     controller_run builds it - controller host name, user, the main process's PID and start time, the command
     (program, playbooks, --limit, -i, --tags, --check; never extra vars), the time now (UTC) and a token
-    that is
-    the same for every task of the run.
+    that is the same for every task of the run.
 """
 
 RETURN = """
@@ -28,13 +27,6 @@ _raw:
   type: list
   elements: dict
 """
-
-# Ansible gives modules the configured module_utils; a controller-side plugin finds them this way.
-_MU = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
-
-from ansible.module_utils.fleet_lock import controller_run  # noqa: E402
 
 
 def _stat(pid: int) -> str:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ansible.module_utils.sglang_flags import bench_module
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import bench_module
 
 # (column title, record key, format): what the table shows, in this order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (

@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ansible.module_utils.inference_judge import ProbeError, normalize_probe
-from ansible.module_utils.long_context import MIN_WORDS as LONG_CONTEXT_MIN_WORDS
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import ProbeError, normalize_probe
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
+    MIN_WORDS as LONG_CONTEXT_MIN_WORDS,
+)
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible.module_utils.sglang_flags import EVIDENCE_PROVEN
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import EVIDENCE_PROVEN
 
 COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated", "router")
 ROUTER_SYMPTOM_CHARS = 80

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 # The KEY=VALUE parser the inference check's journal reading already uses.
-from ansible.module_utils.inference_judge import parse_systemctl_show as parse_show  # noqa: F401
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
+    parse_systemctl_show as parse_show,  # noqa: F401
+)
 
 HEALTHY = "healthy"
 CRASH_LOOP = "crash-loop"

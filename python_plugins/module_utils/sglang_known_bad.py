@@ -13,7 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ansible.module_utils.sglang_flags import DATA_DIR, SglangFlagError, version_matches
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    DATA_DIR,
+    SglangFlagError,
+    version_matches,
+)
 
 SEVERITIES = ("block", "warn")
 _MATCH_KEYS = {"arch", "sglang_version", "gpu_memory_mib", "settings", "any_settings"}

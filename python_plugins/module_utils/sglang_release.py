@@ -26,7 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ansible.module_utils.sglang_flags import SglangFlagError, compare_versions, version_matches
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    SglangFlagError,
+    compare_versions,
+    version_matches,
+)
 
 # Bumped when the meaning of the hash changes, so old and new releases never share a name by accident.
 HASH_SCHEMA = 1

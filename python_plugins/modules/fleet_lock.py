@@ -78,7 +78,12 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fleet_lock import LockError, check_record, decide, release_decision
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
+    LockError,
+    check_record,
+    decide,
+    release_decision,
+)
 
 
 def _read(path: str) -> dict | None:

@@ -211,7 +211,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.model_checkpoint import (
+from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint import (
     INDEX_NAME,
     CheckpointError,
     LocalStat,

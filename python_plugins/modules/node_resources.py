@@ -64,7 +64,11 @@ cmdline:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.node_resources import nearest_existing, parse_meminfo, shortfalls
+from ansible_collections.glm5.deploy.plugins.module_utils.node_resources import (
+    nearest_existing,
+    parse_meminfo,
+    shortfalls,
+)
 
 
 def _read(path: str) -> str:

@@ -110,8 +110,8 @@ drift:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.inference_judge import parse_systemctl_show
-from ansible.module_utils.node_state import UNIT_PROPERTIES, drift
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import parse_systemctl_show
+from ansible_collections.glm5.deploy.plugins.module_utils.node_state import UNIT_PROPERTIES, drift
 
 
 def main() -> None:

@@ -135,7 +135,7 @@ ansible_facts:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nvidia_smi import (
+from ansible_collections.glm5.deploy.plugins.module_utils.nvidia_smi import (
     QUERY_ARGS,
     TOPOLOGY_ARGS,
     GpuFactsError,

@@ -75,7 +75,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_parser_check import check_cache_key, run_parser_checks
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_parser_check import (
+    check_cache_key,
+    run_parser_checks,
+)
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_report import (
+from ansible_collections.glm5.deploy.plugins.module_utils.bench_report import (
     BenchReportError,
     parse_records,
     plot_report,

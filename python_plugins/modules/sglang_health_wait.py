@@ -101,7 +101,7 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.service_start import (
+from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     HEALTHY,
     SHOW_PROPERTIES,
     WAITING,

@@ -305,7 +305,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.inference_judge import (
+from ansible.module_utils.urls import open_url
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
     DEFAULT_FINISH_REASON,
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROBES,
@@ -335,9 +336,11 @@ from ansible.module_utils.inference_judge import (
     read_answer,
     scan_journal,
 )
-from ansible.module_utils.long_context import NAME as LONG_CONTEXT
-from ansible.module_utils.long_context import LongContextError, with_long_context
-from ansible.module_utils.urls import open_url
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import NAME as LONG_CONTEXT
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
+    LongContextError,
+    with_long_context,
+)
 
 PROBE_OPTIONS: dict[str, Any] = {
     "name": {"type": "str", "required": True},

@@ -46,16 +46,55 @@ def leaks(text: str) -> list[str]:
     return [name for name, value in SECRETS.items() if value and value in text]
 
 
-# What every ansible-runner run of the suite gets in its environment. ansible-runner puts the directory of its
-# event callback in ANSIBLE_CALLBACK_PLUGINS (after any value given here), and that variable overrides
-# ansible.cfg's callback_plugins: without the project's directory in it, glm5_preload and glm5_fleet_lock do
-# not load (ansible warns "Skipping callback plugin"), and each task loads the filter plugins again, about a
-# third more of the controller's CPU in a site.yml run (docs/measurements.md).
+# What every ansible-runner run of the suite gets in its environment. The project's callbacks are named by
+# their FQCNs (glm5.deploy.*), so they load from the collection whatever ANSIBLE_CALLBACK_PLUGINS says
+# (ansible-runner puts its own event callback's directory there, as AWX does).
 RUNNER_ENV = {
     "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-    "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "python_plugins" / "callback_plugins"),
     "ANSIBLE_NOCOLOR": "1",
 }
+
+# A user's own project with the collection installed from its artifact: an ansible.cfg of its own, an empty
+# collections path but for the artifact, the lab's inventory. user_project() builds it.
+USER_CFG = """[defaults]
+inventory = {inventory}
+collections_path = {collections}
+callbacks_enabled = ansible.posix.profile_tasks, glm5.deploy.glm5_preload, glm5.deploy.glm5_fleet_lock
+interpreter_python = auto_silent
+host_key_checking = False
+forks = 50
+display_skipped_hosts = False
+
+[connection]
+pipelining = True
+
+[ssh_connection]
+ssh_args = -C -o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=15 -o ServerAliveCountMax=4
+retries = 3
+"""
+
+
+def install_collection(project: Path) -> Path:
+    """Build the collection's artifact (make collection) and install it into an empty collections path of a
+    user's project dir; returns that project's ansible.cfg."""
+    build = project / "build"
+    make = ["make", "-s", "collection", f"COLLECTION_DIR={build}"]
+    subprocess.run(make, cwd=ROOT, check=True, capture_output=True)
+    (artifact,) = build.glob("glm5-deploy-*.tar.gz")
+    collections = project / "collections"
+    config = project / "ansible.cfg"
+    config.write_text(USER_CFG.format(inventory=ROOT / "inventory" / "lab", collections=collections))
+    galaxy = ROOT / ".venv" / "bin" / "ansible-galaxy"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
+    argv = [str(galaxy), "collection", "install", str(artifact), "-p", str(collections)]
+    subprocess.run(argv, cwd=project, env=env, check=True, capture_output=True)
+    return config
+
+
+@pytest.fixture(scope="session")
+def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ansible.cfg of a user's project where only the installed artifact provides glm5.deploy."""
+    return install_collection(tmp_path_factory.mktemp("user-project"))
 
 
 @dataclass
@@ -93,20 +132,23 @@ def run_playbook_in(
     cmdline: str = "",
     inventory: str | Path | None = None,
     verbosity: int = 0,
+    config: Path | None = None,
 ) -> Run:
-    """Run a playbook of this repository (default: against the lab inventory) in a fresh private dir."""
+    """Run a playbook of this repository (default: against the lab inventory) in a fresh private dir. With
+    ``config`` (a user's project, user_project()), the playbook is the collection's, by its FQCN."""
     private = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
     private.mkdir()
     runner = ansible_runner.run(
         private_data_dir=str(private),
-        project_dir=str(ROOT),
-        playbook=str(ROOT / playbook),
+        project_dir=str(config.parent if config else ROOT),
+        playbook=playbook if config else str(ROOT / playbook),
         inventory=str(inventory or ROOT / "inventory" / "lab"),
         extravars=extravars or {},
         cmdline=cmdline or None,
         verbosity=verbosity or None,
         envvars={
             **RUNNER_ENV,
+            **({"ANSIBLE_CONFIG": str(config)} if config else {}),
             # An inventory outside inventory/lab (a test's own) still finds the lab's scripts.
             "GLM5_LAB_DIR": str(ROOT / "lab"),
         },

@@ -14,15 +14,17 @@ GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel s
 
 
 @pytest.fixture(scope="module")
-def converged(run_playbook) -> tuple[Run, Run]:
-    """site.yml in check mode, and the run the tests read. make integration converges the fleet (molecule
-    default) just before, so one check-mode run serves: every module this reads (GPU facts, the inference
-    check, the summary) runs in check mode too. A fleet that is not converged is converged first."""
-    checked = run_playbook("site.yml", cmdline="--check")
+def converged(run_playbook, user_project) -> tuple[Run, Run]:
+    """The site playbook in check mode, and the run the tests read. make integration converges the fleet
+    (molecule default, site.yml from this repository) just before, so one check-mode run serves: every module
+    this reads (GPU facts, the inference check, the summary) runs in check mode too. That run is a user's: the
+    collection's glm5.deploy.site by its FQCN, from its installed artifact (user_project). A fleet that is not
+    converged is converged first."""
+    checked = run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
     if checked.status == "successful" and sum(checked.stats.get("changed", {}).values()) == 0:
         return checked, checked
     first = run_playbook("site.yml")
-    return first, run_playbook("site.yml", cmdline="--check")
+    return first, run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
 
 
 def test_site_reports_every_node(converged) -> None:
@@ -59,11 +61,23 @@ def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
 
 
 def test_the_projects_callbacks_load_under_ansible_runner(converged) -> None:
-    """ansible-runner (AWX's engine, and this suite's) sets ANSIBLE_CALLBACK_PLUGINS, which overrides
-    ansible.cfg's callback_plugins; conftest.RUNNER_ENV names the project's directory there too."""
+    """ansible-runner (AWX's engine, and this suite's) sets ANSIBLE_CALLBACK_PLUGINS; the collection's
+    callbacks, named by their FQCNs, load from the installed artifact all the same."""
     _, checked = converged
     assert "Skipping callback plugin" not in checked.stdout, checked.stdout[:2000]
     assert "TASKS RECAP" in checked.stdout  # profile_tasks, from the collections' own path
+
+
+def test_the_site_ran_from_the_installed_collection(converged, user_project) -> None:
+    """The check-mode run's roles and plugins are the artifact's, not this repository's: a user's project
+    (its own ansible.cfg, an empty collections path but for the artifact) runs glm5.deploy.site."""
+    _, checked = converged
+    installed = user_project.parent / "collections" / "ansible_collections" / "glm5" / "deploy"
+    assert (installed / "MANIFEST.json").is_file()
+    task_paths = (e["event_data"].get("task_path") for e in checked.events)
+    task_files = {path.split(":")[0] for path in task_paths if path}
+    assert any("/roles/" in path for path in task_files)
+    assert all(path.startswith(f"{installed}/") for path in task_files), sorted(task_files)[:5]
 
 
 def test_fleet_summary_names_every_node(converged) -> None:

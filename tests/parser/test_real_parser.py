@@ -12,7 +12,7 @@ from typing import Any
 
 import parser_venvs
 import pytest
-from ansible.module_utils.sglang_flags import (
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     DATA_DIR,
     load_dialects,
     load_lanes,
@@ -20,7 +20,10 @@ from ansible.module_utils.sglang_flags import (
     render_sglang_args,
     resolve_profile,
 )
-from ansible.module_utils.sglang_parser_check import run_parser_check, run_parser_checks
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_parser_check import (
+    run_parser_check,
+    run_parser_checks,
+)
 
 MODEL = ["--model-path", "/models/glm-5"]
 SEED_SIX = [
@@ -215,8 +218,8 @@ def _bench_cli(python: str, module: str) -> tuple[set[str], dict[str, list[str]]
 @pytest.mark.parametrize("version", VERSIONS)
 def test_bench_flags_exist_in_each_lanes_benchmark(parser_python: Callable[[str], str], version: str) -> None:
     """Every flag playbooks/bench.yml passes (bench_command) is one the lane's benchmark module defines."""
-    from ansible.module_utils.bench_report import BACKEND, bench_command
-    from ansible.module_utils.sglang_flags import bench_module
+    from ansible_collections.glm5.deploy.plugins.module_utils.bench_report import BACKEND, bench_command
+    from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import bench_module
 
     module = bench_module(version)
     settings = {"dataset": "random-ids", "input_len": 8, "output_len": 8, "range_ratio": 1.0, "prompts": 1}

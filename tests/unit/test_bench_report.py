@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bench_report import (
+from ansible_collections.glm5.deploy.plugins.module_utils.bench_report import (
     BenchReportError,
     bench_command,
     bench_target,
@@ -17,7 +17,11 @@ from ansible.module_utils.bench_report import (
     scrub,
     series,
 )
-from ansible.module_utils.sglang_flags import SglangFlagError, bench_module, load_lanes
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    SglangFlagError,
+    bench_module,
+    load_lanes,
+)
 
 
 def record(concurrency: int, **extra: float) -> dict:

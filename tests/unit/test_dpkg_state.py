@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.dpkg_state import packages_plan, parse_dpkg_query
+from ansible_collections.glm5.deploy.plugins.module_utils.dpkg_state import packages_plan, parse_dpkg_query
 
 PKGS = ["nvidia-open", "nvidia-persistenced"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.fleet_inputs import (
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     bind_problems,
     connect_host,
     edge_key_problems,
@@ -209,7 +209,7 @@ def test_settings_that_are_not_a_mapping_are_refused_by_name() -> None:
 
 
 def test_checkpoint_problems() -> None:
-    from ansible.module_utils.fleet_inputs import checkpoint_problems
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import checkpoint_problems
 
     assert checkpoint_problems("nvidia/GLM-5-NVFP4", "a" * 40) == []
     (repo,) = checkpoint_problems("GLM-5-NVFP4", "a" * 40)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.fleet_lock import (
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
     LockError,
     check_record,
     controller_run,
@@ -24,7 +25,6 @@ from ansible.module_utils.fleet_lock import (
     release_decision,
     stat_start,
 )
-from ansible.module_utils.testing import patch_module_args
 from project_modules import load_module
 
 NOW = datetime(2026, 12, 1, 14, 30, tzinfo=UTC)
@@ -189,8 +189,8 @@ def test_two_runs_at_once_one_takes_the_lock(tmp_path: Path) -> None:
     and five are refused."""
     root = Path(__file__).resolve().parents[2]
     runner = (
-        "import sys, runpy, ansible.module_utils;"
-        f"ansible.module_utils.__path__.append({str(root / 'python_plugins' / 'module_utils')!r});"
+        "import sys, runpy;"
+        f"sys.path.insert(0, {str(root / 'collections')!r});"
         f"runpy.run_path({str(root / 'python_plugins' / 'modules' / 'fleet_lock.py')!r}, run_name='__main__')"
     )
     path = tmp_path / "fleet.lock"
@@ -237,7 +237,7 @@ def test_the_callback_releases_with_the_runs_own_options() -> None:
         "vault_password_files": ("~/.vault",),
     }
     argv = callback.release_argv("/venv/bin/ansible", lock, args)
-    assert argv[:4] == ["/venv/bin/ansible", "gw", "-m", "fleet_lock"]
+    assert argv[:4] == ["/venv/bin/ansible", "gw", "-m", "glm5.deploy.fleet_lock"]
     assert json.loads(argv[5]) == {
         **{k: lock[k] for k in ("path", "token", "lock_host")},
         "state": "released",

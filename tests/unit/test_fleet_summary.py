@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.fleet_summary import COLUMNS, fleet_summary, host_row
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
+    COLUMNS,
+    fleet_summary,
+    host_row,
+)
 
 SM120 = {
     "nvidia_gpu": {
@@ -34,7 +38,7 @@ def test_table_is_aligned_and_in_the_given_order() -> None:
 
 
 def test_validation_table_has_a_row_per_probe_and_names_the_symptom() -> None:
-    from ansible.module_utils.fleet_summary import validation_table
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import validation_table
 
     healthy = {
         "passed": True,
@@ -88,7 +92,7 @@ def test_row_names_the_release_and_the_resolved_profile() -> None:
 
 
 def test_a_skipped_check_is_not_a_failure() -> None:
-    from ansible.module_utils.fleet_summary import validation_rows
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import validation_rows
 
     skipped = {"skipped": True, "changed": False}
     assert host_row("n2", {"sglang_validate_result": skipped})["validated"] == "-"
@@ -96,7 +100,7 @@ def test_a_skipped_check_is_not_a_failure() -> None:
 
 
 def test_router_cell_says_where_the_replica_is_with_the_symptom() -> None:
-    from ansible.module_utils.fleet_summary import router_cell
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import router_cell
 
     failed = {"passed": False, "msg": "probe 2+2: content '!!!!!!!!' is degenerate"}
     assert router_cell("in", {"passed": True}) == "in"
@@ -114,7 +118,7 @@ def test_host_row_shows_the_routing_fact() -> None:
 
 
 def test_proven_replicas_are_the_passed_checked_hosts() -> None:
-    from ansible.module_utils.fleet_summary import proven_replicas
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import proven_replicas
 
     hostvars = {
         "a": {"sglang_validate_result": {"passed": True}},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.fleet_topology import (
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
     TopologyError,
     find_worker,
     healthy_workers,
@@ -131,7 +131,7 @@ def test_workers_are_found_by_url_and_only_ready_healthy_ones_count() -> None:
 
 
 def test_in_flight_counts_running_and_waiting_over_dp_ranks() -> None:
-    from ansible.module_utils.fleet_topology import in_flight_requests
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import in_flight_requests
 
     answer = {"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1}, {"dp_rank": 1}]}
     assert in_flight_requests(answer) == 3
@@ -139,7 +139,10 @@ def test_in_flight_counts_running_and_waiting_over_dp_ranks() -> None:
 
 
 def test_the_router_is_reached_over_tls_by_its_certificates_name_else_on_loopback() -> None:
-    from ansible.module_utils.fleet_topology import ROUTER_CA_FILE, router_endpoint
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+        ROUTER_CA_FILE,
+        router_endpoint,
+    )
 
     plain = router_endpoint({}, "gw")
     assert plain == {"url": "http://127.0.0.1:30000", "ca_path": "", "ca_file": ROUTER_CA_FILE}

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ansible.module_utils.inference_judge as module_judge
+import ansible_collections.glm5.deploy.plugins.module_utils.inference_judge as module_judge
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from chat_server import HELLO, TRICKLE_BODY, JsonHandler, free_port, prime_with_logprobs, serving

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 import pytest
-from ansible.module_utils.guard_policy import (
+from ansible_collections.glm5.deploy.plugins.module_utils.guard_policy import (
     ADD,
     ALERT,
     DEFAULT_FAIL_AFTER,

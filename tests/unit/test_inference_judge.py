@@ -9,7 +9,7 @@ import urllib.error
 from typing import Any
 
 import pytest
-from ansible.module_utils.inference_judge import (
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
     DEFAULT_MAX_TOKENS,
     EXPECT_FOUR,
     LOGPROB_CEILING,
@@ -302,7 +302,7 @@ def test_non_integer_status_fails() -> None:
 
 
 def test_oversized_body_fails_without_parsing() -> None:
-    from ansible.module_utils.inference_judge import MAX_BODY_BYTES
+    from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import MAX_BODY_BYTES
 
     verdict = judge_response(200, b" " * (MAX_BODY_BYTES + 1), FOUR)
     assert "larger than" in joined(verdict)
@@ -961,7 +961,7 @@ def test_fuzz_probe_definitions_raise_only_probe_errors(raw: dict[str, Any]) -> 
 
 
 def test_combine_answers_passes_only_when_every_answer_passed() -> None:
-    from ansible.module_utils.inference_judge import Verdict, combine_answers
+    from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import Verdict, combine_answers
 
     good = Verdict(passed=True, failures=[], content="4", finish_reason="stop")
     bad = Verdict(passed=False, failures=["degenerate output '!!!!'"], content="!!!!", finish_reason="length")

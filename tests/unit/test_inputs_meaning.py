@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.fleet_inputs import (
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     PROBE_MAX_TOKENS,
     ROLE_OWNED_SETTINGS,
     admin_key_problems,
@@ -26,7 +26,7 @@ from ansible.module_utils.fleet_inputs import (
     url_problems,
     value_problems,
 )
-from ansible.module_utils.sglang_flags import setting_dests
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import setting_dests
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,7 +82,7 @@ def test_an_alias_of_an_owned_flag_is_owned_too(alias: str, dest: str | None) ->
 
 
 def test_every_owned_dest_is_a_flag_of_every_release() -> None:
-    from ansible.module_utils.sglang_flags import load_dialects
+    from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import load_dialects
 
     # TLS from the router to the nodes came after sglang 0.5.9 (sgl-project/sglang#18973, merged
     # 2026-02-18): the seed lane has no --ssl-* flags, and a node with a TLS certificate on it is refused when
@@ -436,7 +436,7 @@ def test_a_one_line_value_has_no_line_break(value: str) -> None:
 
 
 def test_a_repository_with_a_trailing_line_break_is_not_org_name() -> None:
-    from ansible.module_utils.fleet_inputs import checkpoint_problems
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import checkpoint_problems
 
     (problem,) = checkpoint_problems("nvidia/GLM-5-NVFP4\n", "a" * 40)
     assert problem.startswith("model_checkpoint_repo must be a Hugging Face repository")
@@ -500,7 +500,7 @@ def test_a_service_environment() -> None:
 
 
 def test_the_role_owns_the_environment_it_sets() -> None:
-    from ansible.module_utils.fleet_inputs import ROLE_OWNED_ENVIRONMENT
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import ROLE_OWNED_ENVIRONMENT
 
     server_vars = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "main.yml").read_text())
     assert set(server_vars["__sglang_server_base_environment"]) == set(ROLE_OWNED_ENVIRONMENT)

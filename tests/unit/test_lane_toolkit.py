@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.sglang_flags import SglangFlagError, lane_toolkit, load_lanes
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    SglangFlagError,
+    lane_toolkit,
+    load_lanes,
+)
 
 
 def test_the_seed_lane_runs_on_cuda_12_9_and_the_current_lane_on_13_0() -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils.inference_judge import DEFAULT_PROBES, normalize_probes
-from ansible.module_utils.long_context import (
+from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
+    DEFAULT_PROBES,
+    normalize_probes,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
     GPU_WORDS,
     NAME,
     LongContextError,

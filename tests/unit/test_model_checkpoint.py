@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.model_checkpoint import (
+from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint import (
     INDEX_NAME,
     CheckpointError,
     LocalStat,

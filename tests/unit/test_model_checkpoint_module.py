@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.model_checkpoint import partial_key
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint import partial_key
 from project_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ def test_there_are_modules() -> None:
 @pytest.mark.parametrize("name", MODULES)
 def test_ansible_doc_renders(name: str) -> None:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    argv = [str(ANSIBLE_DOC), "-t", "module", name]
+    argv = [str(ANSIBLE_DOC), "-t", "module", f"glm5.deploy.{name}"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "OPTIONS" in done.stdout and "EXAMPLES" in done.stdout and "RETURN VALUES" in done.stdout

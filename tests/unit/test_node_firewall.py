@@ -3,8 +3,17 @@ ports (module_utils/node_firewall.py). The lab checks it with nft -c and loads i
 
 from __future__ import annotations
 
-from ansible.module_utils.fleet_topology import replica_peers, replica_topology
-from ansible.module_utils.node_firewall import TABLE, names_to_resolve, parse_resolved, ruleset, source_sets
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+    replica_peers,
+    replica_topology,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.node_firewall import (
+    TABLE,
+    names_to_resolve,
+    parse_resolved,
+    ruleset,
+    source_sets,
+)
 
 GETENT = "=table absent\nlab-gateway 10.89.42.5\nprom.example 10.0.0.9 fd00::9\nnowhere.example\n"
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.node_resources import GIB, nearest_existing, parse_meminfo, shortfalls
+from ansible_collections.glm5.deploy.plugins.module_utils.node_resources import (
+    GIB,
+    nearest_existing,
+    parse_meminfo,
+    shortfalls,
+)
 
 
 def test_nearest_existing_walks_up_to_an_existing_ancestor() -> None:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.node_state import (
+from ansible_collections.glm5.deploy.plugins.module_utils.node_state import (
     describe_path,
     describe_user,
     drift,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.nvidia_smi import (
+from ansible_collections.glm5.deploy.plugins.module_utils.nvidia_smi import (
     QUERY_ARGS,
     QUERY_FIELDS,
     TOPOLOGY_ARGS,

@@ -18,18 +18,20 @@ PLAY = """
 TASK = """
     - name: Use a project filter ({n})
       ansible.builtin.debug:
-        msg: "{{{{ [] | glm5_proven_replicas({{}}) }}}}"
+        msg: "{{{{ [] | glm5.deploy.glm5_proven_replicas({{}}) }}}}"
 """
 
 
 def fleet_loads(tmp_path: Path) -> list[str]:
     """Each time a process loaded the project's 'fleet' filter plugin in a three-task play (Ansible's debug
-    log names the main process's id even in the per-task processes, so the lines are counted, not the ids)."""
+    log names the main process's id even in the per-task processes, so the lines are counted, not the ids; a
+    load from the loader's cache says so and is not counted)."""
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(tasks="".join(TASK.format(n=n) for n in range(3))))
     run = ansible_playbook(str(play))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    return re.findall(r"^\s*(\d+) [\d.]+: Loading FilterModule 'fleet'", run.stdout + run.stderr, re.M)
+    loaded = r"^\s*(\d+) [\d.]+: Loading FilterModule '\S+\.filter\.fleet' from \S+$"
+    return re.findall(loaded, run.stdout + run.stderr, re.M)
 
 
 def test_the_filters_are_loaded_once_before_the_tasks_fork(tmp_path: Path, monkeypatch) -> None:

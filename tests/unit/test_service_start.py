@@ -4,7 +4,7 @@ systemd shows one, the restarts counted from this run's start, and the symptom i
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.service_start import (
+from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     CRASH_LOOP,
     HEALTHY,
     WAITING,

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.sglang_parser_check import check_cache_key
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_parser_check import check_cache_key
 from project_modules import load_module
 
 sglang_args_check = load_module("sglang_args_check")

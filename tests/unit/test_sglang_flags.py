@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from ansible.module_utils.sglang_flags import (
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     EVIDENCE_LEVELS,
     SglangFlagError,
     compare_versions,
@@ -478,7 +478,7 @@ def test_facts_from_the_wheels() -> None:
 
 
 def test_setting_dests_see_aliases_and_renames() -> None:
-    from ansible.module_utils.sglang_flags import setting_dests
+    from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import setting_dests
 
     assert setting_dests("model") == {"model", "model_path"}
     assert setting_dests("tensor_parallel_size") == {"tensor_parallel_size", "tp_size"}

@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ansible.module_utils.sglang_flags import SglangFlagError, load_lanes, load_profiles, resolve_profile
-from ansible.module_utils.sglang_known_bad import (
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    SglangFlagError,
+    load_lanes,
+    load_profiles,
+    resolve_profile,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_known_bad import (
     Finding,
     guard,
     load_known_bad,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.sglang_flags import load_lanes
-from ansible.module_utils.sglang_release import (
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import load_lanes
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_release import (
     SglangReleaseError,
     canonical_name,
     constraint_lines,
@@ -469,7 +469,7 @@ def test_prune_filter_takes_find_results_and_link_targets() -> None:
 
 
 def test_pip_source_environment_mirrors_the_source_arguments() -> None:
-    from ansible.module_utils.sglang_release import pip_source_environment
+    from ansible_collections.glm5.deploy.plugins.module_utils.sglang_release import pip_source_environment
 
     assert pip_source_environment("http://lab-gateway:8080/wheels/smg-1.13.0/") == {
         "PIP_NO_INDEX": "1",

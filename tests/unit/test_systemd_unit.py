@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.systemd_unit import (
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import (
     SystemdQuoteError,
     environment_file,
     exec_command,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible.module_utils.tune import TuneError, rank, score, suggestion
+from ansible_collections.glm5.deploy.plugins.module_utils.tune import TuneError, rank, score, suggestion
 
 
 def result(name: str, passed: bool, *throughputs: float, error: str = "") -> dict:

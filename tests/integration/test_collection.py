@@ -1,0 +1,65 @@
+"""The collection glm5.deploy as a user installs it: make collection's artifact, installed into an empty
+collections path of a project of its own (conftest.user_project). ansible-doc documents every module and role
+from the artifact; test_site.py runs its site playbook, glm5.deploy.site, by its FQCN against the lab."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+pytestmark = pytest.mark.controller
+
+MODULES = sorted(p.stem for p in (ROOT / "python_plugins" / "modules").glob("*.py"))
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+
+
+def ansible_doc(config: Path, *args: str) -> str:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(ROOT / ".venv" / "bin" / "ansible-doc"), *args]
+    done = subprocess.run(argv, cwd=config.parent, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_every_role_has_argument_specs() -> None:
+    assert len(ROLES) == len([p for p in (ROOT / "roles").iterdir() if p.is_dir()])
+
+
+def test_ansible_doc_documents_every_module_from_the_artifact(user_project: Path) -> None:
+    text = ansible_doc(user_project, "-t", "module", *(f"glm5.deploy.{name}" for name in MODULES))
+    installed = user_project.parent / "collections" / "ansible_collections" / "glm5" / "deploy"
+    for name in MODULES:
+        assert f"> MODULE glm5.deploy.{name} ({installed}/plugins/modules/{name}.py)" in text, name
+    assert text.count("OPTIONS") == text.count("EXAMPLES") == text.count("RETURN VALUES") == len(MODULES)
+
+
+def test_ansible_doc_documents_every_role_and_entry_point_from_the_artifact(user_project: Path) -> None:
+    text = ansible_doc(user_project, "-t", "role", *(f"glm5.deploy.{name}" for name in ROLES))
+    documented = re.findall(r"^> ROLE: \*glm5\.deploy\.(\w+)\*", text, re.M)
+    assert sorted(documented) == ROLES
+    specs = (yaml.safe_load((ROOT / "roles" / n / "meta/argument_specs.yml").read_text()) for n in ROLES)
+    entry_points = sum(len(spec["argument_specs"]) for spec in specs)
+    assert len(re.findall(r"^ENTRY POINT: ", text, re.M)) == entry_points
+
+
+def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> None:
+    """galaxy.yml's version names the artifact; the links of the repository's collections/ became files."""
+    galaxy = yaml.safe_load((ROOT / "collections/ansible_collections/glm5/deploy/galaxy.yml").read_text())
+    (artifact,) = (user_project.parent / "build").glob("*.tar.gz")
+    assert artifact.name == f"glm5-deploy-{galaxy['version']}.tar.gz"
+    with tarfile.open(artifact) as tar:
+        members = tar.getmembers()
+    names = {m.name for m in members}
+    assert not [m.name for m in members if m.issym() or m.islnk()]
+    wanted = {"meta/runtime.yml", "playbooks/site.yml", "roles/sglang_server/templates/sglang.service.j2"}
+    wanted |= {"plugins/module_utils/sglang_flags.py", "plugins/data/lanes.yml", "plugins/filter/sglang.py"}
+    assert wanted <= names
+    assert "roles/sglang_guard/files/inference_judge.py" in names
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
