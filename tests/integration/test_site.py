@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
-from conftest import LAB_NODES, Run, leaks, node_url
+from conftest import LAB_NODES, Run, lab, leaks, node_url
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
@@ -78,6 +79,30 @@ def test_the_site_ran_from_the_installed_collection(converged, user_project) -> 
     task_files = {path.split(":")[0] for path in task_paths if path}
     assert any("/roles/" in path for path in task_files)
     assert all(path.startswith(f"{installed}/") for path in task_files), sorted(task_files)[:5]
+
+
+RENDER_TASK = "Render the launch flags for the lane's sglang version"
+
+
+def test_the_units_flags_are_the_one_rendering_of_the_launch(converged) -> None:
+    """Role sglang renders the launch flags once per inclusion (preflight: the profile's alone, to refuse what
+    the lane lacks; serve: with the node's own). The unit's ExecStart holds exactly the serve rendering."""
+    _, checked = converged
+    renders: dict[str, list[list[str]]] = {}
+    for e in checked.events:
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == RENDER_TASK:
+            renders.setdefault(e["event_data"]["host"], []).append(
+                e["event_data"]["res"]["ansible_facts"]["sglang_launch_args"]
+            )
+    assert set(renders) == set(LAB_NODES)
+    for host, (preflight, serve) in renders.items():
+        unit = lab(host, "cat /etc/systemd/system/sglang.service").stdout
+        (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+        argv = shlex.split(exec_start.removeprefix("ExecStart="))
+        flags = argv[argv.index("sglang.launch_server") + 1 : argv.index("--config")]
+        assert flags == serve, host
+        assert "--model-path" in serve and "--model-path" not in preflight, host
+        assert all(flag in serve for flag in preflight if flag.startswith("--")), host
 
 
 def test_fleet_summary_names_every_node(converged) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = str(Path(sys.executable).parent / "antsibull-changelog")
 
@@ -24,3 +26,11 @@ def test_changelog_md_is_generated_from_the_changelog_data(tmp_path: Path) -> No
     assert (tmp_path / "CHANGELOG.md").read_text() == (ROOT / "CHANGELOG.md").read_text(), (
         "CHANGELOG.md is stale or edited by hand: run antsibull-changelog generate"
     )
+
+
+def test_the_collections_version_is_the_newest_release() -> None:
+    """galaxy.yml's version names the artifact make collection builds: the newest release of the changelog."""
+    releases = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())["releases"]
+    newest = max(releases, key=lambda v: tuple(int(part) for part in v.split(".")))
+    galaxy = yaml.safe_load((ROOT / "collections/ansible_collections/glm5/deploy/galaxy.yml").read_text())
+    assert galaxy["version"] == newest
