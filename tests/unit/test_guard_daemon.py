@@ -1,7 +1,7 @@
 """The content guard daemon against a real HTTP server on 127.0.0.1 that plays the router and the replicas.
 
 The replicas serve the real sglang 0.5.23 answers of tests/fixtures/sglang-responses/ (copies of
-../shared/fixtures/sglang-responses/), healthy or NaN-poisoned; the router speaks smg's admin API
+tests/fixtures/sglang-responses/), healthy or NaN-poisoned; the router speaks smg's admin API
 (GET/POST /workers, DELETE /workers/{id}). The daemon's cycle runs in this process. Only loopback addresses
 are used. The Prometheus tests need prometheus_client (installed in the guard's own venv, not in .venv):
 without it they are skipped, and say so.
