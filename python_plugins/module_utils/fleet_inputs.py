@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import ProbeError, normalize_probe
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import ProbeError, normalize_probe
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
     MIN_WORDS as LONG_CONTEXT_MIN_WORDS,
 )

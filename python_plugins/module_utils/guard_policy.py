@@ -1,7 +1,7 @@
 """What the content guard does with each replica: pure decisions over plain data, standard library only.
 
 The guard daemon (roles/sglang_guard/files/sglang_guard.py) asks every replica the inference-check probes on a
-schedule and judges the answers with :mod:`inference_judge`, the judge of the ``sglang_inference_check``
+schedule and judges the answers with :mod:`judge_verdict`, the judge of the ``sglang_inference_check``
 module. It hands this module one verdict per replica and cycle, the router's worker list and the drain markers
 (holds), and gets back the new per-replica states, the router actions to take, and the journal lines to write.
 This module does no I/O, knows no keys and never raises on its inputs.

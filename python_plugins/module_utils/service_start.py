@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # The KEY=VALUE parser the inference check's journal reading already uses.
-from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
     parse_systemctl_show as parse_show,  # noqa: F401
 )
 

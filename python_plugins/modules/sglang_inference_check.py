@@ -22,7 +22,8 @@ description:
     are returned either way.
   - Only a refused connection or an HTTP 503 is retried. A bad answer is never retried.
   - Read-only. It runs in check mode too.
-  - The judging logic lives in the C(inference_judge) module_utils, where the thresholds are documented.
+  - The judging logic lives in the C(judge_verdict) module_utils, where the thresholds are documented; the
+    probes and the HTTP side are in C(judge_probes), the journal reading in C(judge_journal).
 author:
   - glm5-deploy
 options:
@@ -306,7 +307,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
+    check_unit_name,
+    journal_command,
+    journal_read_problem,
+    parse_systemctl_show,
+    scan_journal,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
     DEFAULT_FINISH_REASON,
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROBES,
@@ -317,24 +325,21 @@ from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import
     FINISH_REASONS,
     Probe,
     ProbeError,
-    Verdict,
     build_request,
-    check_unit_name,
-    combine_answers,
     deadline_problem,
     describe_exception,
-    failure_message,
     first_model_id,
     is_retryable_status,
     is_timeout,
-    journal_command,
-    journal_read_problem,
+    normalize_probes,
+    read_answer,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import (
+    Verdict,
+    combine_answers,
+    failure_message,
     judge_response,
     judge_transport_error,
-    normalize_probes,
-    parse_systemctl_show,
-    read_answer,
-    scan_journal,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import NAME as LONG_CONTEXT
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (

@@ -61,5 +61,5 @@ def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> N
     wanted = {"meta/runtime.yml", "playbooks/site.yml", "roles/sglang_server/templates/sglang.service.j2"}
     wanted |= {"plugins/module_utils/sglang_flags.py", "plugins/data/lanes.yml", "plugins/filter/sglang.py"}
     assert wanted <= names
-    assert "roles/sglang_guard/files/inference_judge.py" in names
+    assert {"roles/sglang_guard/files/judge_probes.py", "roles/sglang_guard/files/judge_verdict.py"} <= names
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]

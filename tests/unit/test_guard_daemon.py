@@ -26,8 +26,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ansible_collections.glm5.deploy.plugins.module_utils.inference_judge as module_judge
+import ansible_collections.glm5.deploy.plugins.module_utils.judge_probes as module_probes
+import ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict as module_verdict
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 from chat_server import HELLO, TRICKLE_BODY, JsonHandler, free_port, prime_with_logprobs, serving
 from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
@@ -55,7 +57,8 @@ PROMETHEUS_MISSING = (
 
 def load_guard() -> ModuleType:
     """roles/sglang_guard/files/sglang_guard.py as the module ``sglang_guard``, with its neighbours
-    (inference_judge, fleet_topology, guard_policy) importable as top-level modules, as when installed."""
+    (judge_probes, judge_verdict, fleet_topology, guard_policy) importable as top-level modules, as when
+    installed."""
     added = str(MODULE_UTILS) not in sys.path
     if added:
         sys.path.insert(0, str(MODULE_UTILS))
@@ -73,7 +76,7 @@ def load_guard() -> ModuleType:
 
 GUARD = load_guard()
 MODULE = load_module("sglang_inference_check")
-judge = GUARD.inference_judge
+judge = GUARD.judge_probes
 policy = GUARD.guard_policy
 
 
@@ -754,13 +757,39 @@ def run_module(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict
     return json.loads(capsys.readouterr().out)
 
 
-def test_guard_and_module_share_one_judge() -> None:
+@pytest.mark.parametrize(
+    ("guard_copy", "module_copy"),
+    [(judge, module_probes), (GUARD.judge_verdict, module_verdict)],
+    ids=["judge_probes", "judge_verdict"],
+)
+def test_guard_and_module_share_one_judge(guard_copy: ModuleType, module_copy: ModuleType) -> None:
+    name = module_copy.__name__.rpartition(".")[2]
     assert (
-        Path(judge.__file__).resolve()
-        == Path(module_judge.__file__).resolve()
-        == MODULE_UTILS / ("inference_judge.py")
+        Path(guard_copy.__file__).resolve()
+        == Path(module_copy.__file__).resolve()
+        == MODULE_UTILS / (name + ".py")
     )
-    assert judge is not module_judge  # two imports of one file: the test below compares real behaviour
+    assert guard_copy is not module_copy  # two imports of one file: the test below compares real behaviour
+
+
+def test_the_guard_code_runs_flat_without_the_collection(tmp_path: Path) -> None:
+    """The role copies ``__sglang_guard_code`` flat into one lib dir of the router host, where no
+    ansible_collections is importable: the daemon and the judge files it names find each other there."""
+    code = yaml.safe_load((GUARD_FILE.parents[1] / "vars" / "main.yml").read_text())["__sglang_guard_code"]
+    for name in code:
+        (tmp_path / name).write_bytes((GUARD_FILE.parent / name).read_bytes())
+    script = (
+        "import sys, sglang_guard, judge_probes\n"
+        "assert not any(name.startswith('ansible_collections.glm5') for name in sys.modules)\n"
+        "assert judge_probes.judge_verdict is sglang_guard.judge_verdict\n"
+        "print(judge_probes.first_model_id(401, b'')[1])\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    child = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith("GET /v1/models: the server refused the API key (HTTP 401)")
 
 
 def test_there_are_chat_fixtures_of_both_kinds() -> None:

@@ -2,40 +2,46 @@
 
 from __future__ import annotations
 
+import ast
 import http.client
 import json
 import socket
 import urllib.error
+from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
-    DEFAULT_MAX_TOKENS,
-    EXPECT_FOUR,
-    LOGPROB_CEILING,
-    Probe,
-    ProbeError,
-    Verdict,
-    build_request,
-    check_logprobs,
-    check_python_answer,
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
     check_unit_name,
-    deadline_problem,
-    describe_exception,
-    failure_message,
-    find_degenerate,
-    first_model_id,
-    is_degenerate,
-    is_retryable_status,
-    is_timeout,
     journal_command,
     journal_read_problem,
-    judge_response,
-    judge_transport_error,
-    normalize_probe,
-    normalize_probes,
     parse_systemctl_show,
     scan_journal,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
+    DEFAULT_MAX_TOKENS,
+    EXPECT_FOUR,
+    Probe,
+    ProbeError,
+    build_request,
+    deadline_problem,
+    describe_exception,
+    first_model_id,
+    is_retryable_status,
+    is_timeout,
+    normalize_probe,
+    normalize_probes,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import (
+    LOGPROB_CEILING,
+    Verdict,
+    check_logprobs,
+    check_python_answer,
+    failure_message,
+    find_degenerate,
+    is_degenerate,
+    judge_response,
+    judge_transport_error,
     truncate,
 )
 from hypothesis import HealthCheck, given, settings
@@ -302,7 +308,7 @@ def test_non_integer_status_fails() -> None:
 
 
 def test_oversized_body_fails_without_parsing() -> None:
-    from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import MAX_BODY_BYTES
+    from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import MAX_BODY_BYTES
 
     verdict = judge_response(200, b" " * (MAX_BODY_BYTES + 1), FOUR)
     assert "larger than" in joined(verdict)
@@ -961,7 +967,7 @@ def test_fuzz_probe_definitions_raise_only_probe_errors(raw: dict[str, Any]) -> 
 
 
 def test_combine_answers_passes_only_when_every_answer_passed() -> None:
-    from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import Verdict, combine_answers
+    from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import Verdict, combine_answers
 
     good = Verdict(passed=True, failures=[], content="4", finish_reason="stop")
     bad = Verdict(passed=False, failures=["degenerate output '!!!!'"], content="!!!!", finish_reason="length")
@@ -974,3 +980,22 @@ def test_combine_answers_passes_only_when_every_answer_passed() -> None:
     assert verdict.failures == ["degenerate output '!!!!'"] and failed == 1
     verdict, failed = combine_answers([])
     assert not verdict.passed and verdict.failures == ["no answer was judged"]
+
+
+def test_the_judge_files_depend_one_way_on_judge_verdict() -> None:
+    """judge_probes and judge_journal build on judge_verdict; judge_verdict imports neither (no cycle)."""
+    module_utils = Path(__file__).resolve().parents[2] / "python_plugins" / "module_utils"
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((module_utils / f"{name}.py").read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.rpartition(".")[2] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module.rpartition(".")[2], *(alias.name for alias in node.names)}
+        return found & {"judge_verdict", "judge_probes", "judge_journal"}
+
+    assert imported("judge_verdict") == set()
+    assert imported("judge_probes") == {"judge_verdict"}
+    assert imported("judge_journal") == {"judge_verdict"}

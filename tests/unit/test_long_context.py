@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible_collections.glm5.deploy.plugins.module_utils.inference_judge import (
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
     DEFAULT_PROBES,
     normalize_probes,
 )

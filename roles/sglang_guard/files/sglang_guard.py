@@ -7,9 +7,9 @@ at what a replica answers. This daemon runs on the router host. Every ``interval
 1. reads the router's worker list (``GET /workers``, admin key);
 2. reads the drain markers (holds) that the rolling update writes to ``hold_dir`` (one file per held replica,
    its URL on the first line);
-3. asks each replica that is not held the inference-check probes, concurrently, straight at its
-   ``/v1/chat/completions`` (not through the router), and judges the answers with ``inference_judge``, the
-   judge of the ``sglang_inference_check`` Ansible module, with the module's request shape and retries;
+3. asks each replica that is not held the inference-check probes (``judge_probes``), concurrently, straight
+   at its ``/v1/chat/completions`` (not through the router), and judges the answers with ``judge_verdict``,
+   the judge of the ``sglang_inference_check`` Ansible module, with the module's request shape and retries;
 4. lets ``guard_policy`` decide (out after ``fail_after`` failed verdicts in a row; back after
    ``recover_after`` passes whoever took it out, so a router restarted empty is refilled; never the last
    healthy replica; never a held one: a hold is the only way to keep a passing replica out);
@@ -28,7 +28,8 @@ replicas' ``/v1``; may be empty), ``SGLANG_GUARD_WORKER_API_KEY`` (``api_key`` o
 empty). They are never logged, printed, saved or exported: every line and label goes through
 ``guard_policy.scrub`` with them.
 
-``inference_judge.py``, ``fleet_topology.py`` and ``guard_policy.py`` sit next to this file.
+``judge_probes.py``, ``judge_verdict.py``, ``fleet_topology.py`` and ``guard_policy.py`` sit next to this
+file (``__sglang_guard_code`` in the role's vars/main.yml).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ from typing import Any
 
 import fleet_topology
 import guard_policy
-import inference_judge
+import judge_probes
+import judge_verdict
 import requests
 
 ENV_ROUTER_ADMIN_KEY = "SGLANG_GUARD_ROUTER_ADMIN_KEY"
@@ -70,7 +72,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "interval": 60,
     "fail_after": guard_policy.DEFAULT_FAIL_AFTER,
     "recover_after": guard_policy.DEFAULT_RECOVER_AFTER,
-    "probes": None,  # None: inference_judge.DEFAULT_PROBES
+    "probes": None,  # None: judge_probes.DEFAULT_PROBES
     "timeout": 120,
     "logprobs": True,
     "model": None,  # None: the first id of each replica's GET /v1/models, every cycle
@@ -90,7 +92,7 @@ WORKER_GONE = ("draining",)  # router statuses that no longer count as registere
 OK_REMOVE = (200, 202, 204)
 OK_ADD = (200, 201, 202)
 
-# Stdlib exceptions that inference_judge.describe_exception names precisely; requests and urllib3 wrap them.
+# Stdlib exceptions that judge_probes.describe_exception names precisely; requests and urllib3 wrap them.
 _KNOWN_CAUSES = (
     ConnectionRefusedError,
     http.client.RemoteDisconnected,
@@ -114,7 +116,7 @@ class Config:
 
     router_url: str
     replicas: tuple[str, ...]
-    probes: tuple[inference_judge.Probe, ...]
+    probes: tuple[judge_probes.Probe, ...]
     interval: float = 60
     fail_after: int = guard_policy.DEFAULT_FAIL_AFTER
     recover_after: int = guard_policy.DEFAULT_RECOVER_AFTER
@@ -158,8 +160,8 @@ class Config:
         if len(set(replicas)) != len(replicas):
             raise ConfigError("'replicas' lists a URL twice (after removing trailing slashes)")
         try:
-            probes = tuple(inference_judge.normalize_probes(data["probes"]))
-        except inference_judge.ProbeError as exc:
+            probes = tuple(judge_probes.normalize_probes(data["probes"]))
+        except judge_probes.ProbeError as exc:
             raise ConfigError(f"probes: {exc}") from None
         try:
             guard_policy.check_thresholds(data["fail_after"], data["recover_after"])
@@ -292,36 +294,32 @@ def describe_transport_error(exc: BaseException) -> tuple[str, bool]:
     """(plain-words description, retryable) for a request that got no HTTP status.
 
     requests and urllib3 wrap the stdlib error (a refused connection, a dropped connection, a timeout);
-    the first stdlib cause found goes to ``inference_judge.describe_exception``, so the words and the retry
+    the first stdlib cause found goes to ``judge_probes.describe_exception``, so the words and the retry
     decision are the module's.
     """
     for cause in _causes(exc):
         if isinstance(cause, _KNOWN_CAUSES):
-            return inference_judge.describe_exception(cause)
+            return judge_probes.describe_exception(cause)
     if isinstance(exc, requests.Timeout):
-        return inference_judge.describe_exception(TimeoutError())
-    description, retryable = inference_judge.describe_exception(exc)
+        return judge_probes.describe_exception(TimeoutError())
+    description, retryable = judge_probes.describe_exception(exc)
     return guard_policy.clip(description, 300), retryable
 
 
 def _is_timeout(exc: BaseException) -> bool:
     """Whether a request error is a timeout, however requests and urllib3 wrap it."""
-    return isinstance(exc, requests.Timeout) or any(
-        inference_judge.is_timeout(cause) for cause in _causes(exc)
-    )
+    return isinstance(exc, requests.Timeout) or any(judge_probes.is_timeout(cause) for cause in _causes(exc))
 
 
 def _read_body(raw: Any, result: Exchange, stop: threading.Event) -> None:
     """Read the body into ``result``, counting the bytes as they arrive, until its end or until ``stop``
-    (the module's reading: ``inference_judge.read_answer``)."""
+    (the module's reading: ``judge_probes.read_answer``)."""
     read1 = getattr(raw, "read1", None) or raw.read
 
     def count(size: int) -> None:
         result.received += size
 
-    result.body = inference_judge.read_answer(
-        lambda size: read1(size, decode_content=True), stop.is_set, count
-    )
+    result.body = judge_probes.read_answer(lambda size: read1(size, decode_content=True), stop.is_set, count)
 
 
 def _exchange(
@@ -351,7 +349,7 @@ def _exchange(
         ):
             result.status = int(response.status_code)
             _read_body(response.raw, result, stop)
-        result.retryable = inference_judge.is_retryable_status(result.status)
+        result.retryable = judge_probes.is_retryable_status(result.status)
     except Exception as exc:  # every transport problem becomes a reason, never a traceback
         result.timed_out = _is_timeout(exc)
         result.body = b""
@@ -367,7 +365,7 @@ def send_once(
     timeout: float,
     verify: bool | str = True,
 ) -> Exchange:
-    """One request, no redirects, the body read up to ``inference_judge.MAX_BODY_BYTES`` + 1 bytes, within a
+    """One request, no redirects, the body read up to ``judge_verdict.MAX_BODY_BYTES`` + 1 bytes, within a
     total deadline of ``timeout`` seconds from sending it to the body's last byte (as the module does).
 
     The request runs in a daemon thread; this one waits for it at most ``timeout`` seconds, so a replica that
@@ -389,7 +387,7 @@ def send_once(
     if worker.is_alive() or result.timed_out:
         stop.set()
         elapsed = time.monotonic() - started
-        problem = inference_judge.deadline_problem(timeout, elapsed, result.status, result.received)
+        problem = judge_probes.deadline_problem(timeout, elapsed, result.status, result.received)
         return Exchange(error=problem)
     if result.error is not None:
         result.status = None
@@ -402,8 +400,8 @@ def send(
     headers: Mapping[str, str],
     payload: Any = None,
     *,
-    retries: int = inference_judge.DEFAULT_RETRIES,
-    retry_delay: float = inference_judge.DEFAULT_RETRY_DELAY,
+    retries: int = judge_probes.DEFAULT_RETRIES,
+    retry_delay: float = judge_probes.DEFAULT_RETRY_DELAY,
     deadline: float | None = None,
     stop: threading.Event | None = None,
     **request: Any,
@@ -462,21 +460,21 @@ class ReplicaCheck:
 
 def check_replica(
     url: str,
-    probes: Sequence[inference_judge.Probe],
+    probes: Sequence[judge_probes.Probe],
     *,
     api_key: str = "",
     model: str | None = None,
     logprobs: bool = True,
-    timeout: float = inference_judge.DEFAULT_TIMEOUT,
+    timeout: float = judge_probes.DEFAULT_TIMEOUT,
     verify: bool | str = True,
-    retries: int = inference_judge.DEFAULT_RETRIES,
-    retry_delay: float = inference_judge.DEFAULT_RETRY_DELAY,
+    retries: int = judge_probes.DEFAULT_RETRIES,
+    retry_delay: float = judge_probes.DEFAULT_RETRY_DELAY,
     stop: threading.Event | None = None,
 ) -> ReplicaCheck:
     """Ask one replica every probe and judge the answers exactly as ``sglang_inference_check`` does.
 
     Same steps as the module's main(): the model from ``GET /v1/models`` unless given, then one
-    ``POST /v1/chat/completions`` per probe with ``inference_judge.build_request``, judged by
+    ``POST /v1/chat/completions`` per probe with ``judge_probes.build_request``, judged by
     ``judge_response`` or ``judge_transport_error``, with "gave up after N attempts" after failed retries.
     Retries are not started after ``timeout`` x (probes + 1) seconds.
     """
@@ -499,18 +497,18 @@ def check_replica(
         if listing.error is not None:
             reason = ", ".join(item for item in (listing.error, _gave_up(listing)) if item)
             return ReplicaCheck(url, False, f"cannot list the models at {url}/v1/models: {reason}")
-        model, problem = inference_judge.first_model_id(listing.status, listing.body)
+        model, problem = judge_probes.first_model_id(listing.status, listing.body)
         if problem is not None or model is None:
             return ReplicaCheck(url, False, problem or "no model")
 
     results: list[dict[str, Any]] = []
     for probe in probes:
-        body = inference_judge.build_request(probe, model, logprobs)
+        body = judge_probes.build_request(probe, model, logprobs)
         answer = send("POST", f"{url}/v1/chat/completions", headers, body, **common)
         if answer.error is not None:
-            verdict = inference_judge.judge_transport_error(answer.error)
+            verdict = judge_verdict.judge_transport_error(answer.error)
         else:
-            verdict = inference_judge.judge_response(
+            verdict = judge_verdict.judge_response(
                 answer.status, answer.body, probe, logprobs_requested=logprobs
             )
         if not verdict.passed and answer.retryable and _gave_up(answer):
@@ -724,8 +722,8 @@ class Guard:
         metrics: Metrics | None = None,
         out: Callable[[str], None] | None = None,
         stop: threading.Event | None = None,
-        retries: int = inference_judge.DEFAULT_RETRIES,
-        retry_delay: float = inference_judge.DEFAULT_RETRY_DELAY,
+        retries: int = judge_probes.DEFAULT_RETRIES,
+        retry_delay: float = judge_probes.DEFAULT_RETRY_DELAY,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config

@@ -1,8 +1,18 @@
 """Judge what an SGLang server actually answers, not whether /health is green.
 
-Pure functions, no I/O: the module ``sglang_inference_check`` does the HTTP and journal reads and hands the
-raw status and body to :func:`judge_response`. Nothing here raises on server input: whatever the server sends,
-the judge returns a :class:`Verdict`, and a failed verdict always carries at least one reason in plain words.
+Pure functions, no I/O: the module ``sglang_inference_check`` and the guard daemon (roles/sglang_guard) do the
+HTTP reads and hand the raw status and body to :func:`judge_response`. Nothing here raises on server input:
+whatever the server sends, the judge returns a :class:`Verdict`, and a failed verdict always carries at least
+one reason in plain words.
+
+The inference judge is three module_utils, one a concern; the dependency runs one way, towards this one:
+
+- ``judge_verdict`` (this file): judging an answer, and the words of a failure; it imports nothing of the
+  project;
+- ``judge_probes``: the probe definitions and the request they make, and the HTTP side of asking them
+  (reading an answer, naming a transport error, the deadline, retries, the model id); imports from here;
+- ``judge_journal``: reading the server's systemd journal for the crash signatures defined here; imports from
+  here.
 
 Why: a NaN-poisoned model keeps ``/health`` at 200 while it answers ``!!!!`` (token 0 repeated: argmax of NaN
 is 0), with ``finish_reason: length`` and, when logprobs are requested, every logprob ``null`` (sglang#36716;
@@ -29,81 +39,25 @@ list would pass for a clean one.
 
 HTTP 401 and 403 are a key problem (:data:`AUTH_PROBLEM`), reported without the server's words, which could
 echo the key.
+
+Crash signatures (:data:`CRASH_SIGNATURES`): the lines a NaN, a CUDA assert or a crash leaves; an error answer
+that carries one says so in its verdict, and ``judge_journal`` looks for them in the server's journal.
 """
 
 from __future__ import annotations
 
 import ast
-import http.client
 import json
 import math
 import re
-import socket
-import ssl
-import urllib.error
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-# --- Defaults for the module's options
-
-# GLM-5 thinks before it answers; its reasoning for the default probes runs to a few hundred or a couple of
-# thousand tokens. A cap that cuts the thinking short yields content "" and finish_reason "length": a FAIL.
-DEFAULT_MAX_TOKENS = 4096
-# Seconds each request may take in all, from sending it to the last byte of the answer: a total deadline, not
-# an idle timeout. sglang sends a non-streamed answer in one piece once it is generated, so this is also the
-# time the model has to think and answer; GLM-5 on the default probes needs a fraction of it, and the seeds'
-# 300 s stays the budget. A server that trickles bytes is stopped here instead of holding the play.
-DEFAULT_TIMEOUT = 300
-DEFAULT_RETRIES = 3
-DEFAULT_RETRY_DELAY = 5
-DEFAULT_FINISH_REASON = "stop"
-DEFAULT_TEMPERATURE = 0.0
-
-# Chat-completion finish reasons in sglang 0.5.23 (entrypoints/openai/protocol.py).
-FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "function_call", "abort")
-
-# The seeds' two probes. The 2+2 expectation: the content's only number is 4, optionally after "2+2"
-# ("4", "4.", "**4**", "2 + 2 = 4", "The answer is 4." pass; "5", "44", "2+2=5" fail).
-EXPECT_FOUR = r"^[^0-9]*(?:2[^0-9]+2[^0-9]+)?4[^0-9]*$"
-DEFAULT_PROBES: tuple[dict[str, Any], ...] = (
-    {"name": "2+2", "prompt": "What is 2+2? Answer briefly.", "expect": EXPECT_FOUR},
-    {
-        "name": "prime",
-        "prompt": (
-            "Write a Python function that checks if a number is prime. Include docstring and type hints."
-        ),
-        "expect_python": True,
-    },
-)
-
-PROBE_KEYS = (
-    "name",
-    "prompt",
-    "messages",
-    "max_tokens",
-    "expect",
-    "expect_python",
-    "finish_reason",
-    "temperature",
-    "extra_body",
-)
-# Request keys a probe sets through its own options; extra_body may not override them.
-RESERVED_BODY_KEYS = {
-    "model": "the module's 'model' option",
-    "messages": "the probe's 'prompt' or 'messages'",
-    "max_tokens": "the probe's 'max_tokens'",
-    "temperature": "the probe's 'temperature'",
-    "logprobs": "the module's 'logprobs' option",
-    "stream": "nothing: the check needs one JSON answer, not a stream",
-    "n": "nothing: only one choice is judged",
-}
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 # --- Thresholds
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a chat answer with logprobs for 4096 tokens is about 1 MB
-READ_CHUNK = 64 * 1024  # bytes per read of an answer; a read returns what has arrived, up to this
 CONTENT_KEEP = 2000  # characters of content returned per probe
 REASONING_KEEP = 400  # characters of reasoning_content returned per probe (head and tail)
 SAMPLE_CHARS = 16  # characters of a degenerate run quoted in a failure
@@ -128,10 +82,11 @@ AUTH_PROBLEM = (
     "the server refused the API key (HTTP {status}): check sglang_server_api_key / the key the check sends"
 )
 
-# --- Journal signatures
+# --- Crash signatures
 
-# (regex, what it means). Matched per line, case-insensitively; a line is reported once, for its first match.
-JOURNAL_SIGNATURES: tuple[tuple[str, str], ...] = (
+# (regex, what it means). Matched case-insensitively: per line in the journal (judge_journal.scan_journal, a
+# line is reported once, for its first match), anywhere in an error answer (scan_signatures).
+CRASH_SIGNATURES: tuple[tuple[str, str], ...] = (
     (r"probability tensor contains either", "NaN/Inf in the sampling probabilities"),
     (r"nan detected", "NaN logits detected"),
     (r"device-side assert", "CUDA device-side assert"),
@@ -140,28 +95,23 @@ JOURNAL_SIGNATURES: tuple[tuple[str, str], ...] = (
     (r"Traceback \(most recent call last\)", "Python traceback"),
     (r"SIGQUIT received", "an sglang child process failed"),
 )
-_JOURNAL_RES = tuple((re.compile(pattern, re.IGNORECASE), meaning) for pattern, meaning in JOURNAL_SIGNATURES)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-JOURNAL_MAX_FINDINGS = 20
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\][A-Za-z0-9:_.@\\-]*$")
+_SIGNATURE_RES = tuple((re.compile(pattern, re.IGNORECASE), meaning) for pattern, meaning in CRASH_SIGNATURES)
 
 
-class ProbeError(ValueError):
-    """A probe definition is invalid; the message says which probe, which key and what to do."""
+class Expectation(Protocol):
+    """What the judge reads of a probe (a ``judge_probes.Probe``): what its answer must look like."""
 
+    @property
+    def max_tokens(self) -> int: ...
 
-@dataclass(frozen=True)
-class Probe:
-    """One normalized question for the server, and what its answer must look like."""
+    @property
+    def expect(self) -> str | None: ...
 
-    name: str
-    messages: tuple[dict[str, Any], ...]
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    expect: str | None = None
-    expect_python: bool = False
-    finish_reason: str = DEFAULT_FINISH_REASON
-    temperature: float = DEFAULT_TEMPERATURE
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    @property
+    def expect_python(self) -> bool: ...
+
+    @property
+    def finish_reason(self) -> str: ...
 
 
 @dataclass
@@ -188,10 +138,10 @@ class Verdict:
         }
 
 
-# --- Small helpers
+# --- Small helpers (judge_probes and judge_journal use them too)
 
 
-def _clean(text: str) -> str:
+def clean_text(text: str) -> str:
     """Replace lone surrogates (JSON may carry them) so the text always encodes as UTF-8."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
@@ -199,152 +149,45 @@ def _clean(text: str) -> str:
 def _quote(text: str, limit: int = 80) -> str:
     """Quote text for a message: repr of the first ``limit`` characters, with … when cut."""
     cut = text[:limit]
-    return repr(_clean(cut)) + ("…" if len(text) > limit else "")
+    return repr(clean_text(cut)) + ("…" if len(text) > limit else "")
 
 
 def truncate(text: str | None, keep: int) -> str | None:
     """Keep at most ``keep`` characters: the head, or for long texts the head and tail around a marker."""
     if text is None or len(text) <= keep:
-        return None if text is None else _clean(text)
+        return None if text is None else clean_text(text)
     half = keep // 2
-    return _clean(f"{text[:half]} …[{len(text) - 2 * half} chars cut]… {text[-half:]}")
+    return clean_text(f"{text[:half]} …[{len(text) - 2 * half} chars cut]… {text[-half:]}")
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An int that is not a bool (JSON and YAML give both)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """An int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# --- Probes
+# --- Crash signatures in a text
 
 
-def normalize_probe(raw: object, index: int = 0) -> Probe:
-    """Validate one probe definition and fill in its defaults. Keys whose value is None count as absent.
-
-    Raises ProbeError with a message naming the probe and the problem.
-    """
-    where = f"probe #{index + 1}"
-    if not isinstance(raw, Mapping):
-        raise ProbeError(
-            f"{where} must be a dict with 'name' and 'prompt' or 'messages', got {type(raw).__name__}"
-        )
-    data = {key: value for key, value in raw.items() if value is not None}
-    unknown = sorted(str(key) for key in data if key not in PROBE_KEYS)
-    if unknown:
-        raise ProbeError(f"{where} has unknown keys {unknown}; allowed: {', '.join(PROBE_KEYS)}")
-
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ProbeError(f"{where} needs a 'name' (a non-empty string)")
-    where = f"probe '{name}'"
-
-    has_prompt = "prompt" in data
-    has_messages = "messages" in data
-    if has_prompt == has_messages:
-        raise ProbeError(f"{where} needs exactly one of 'prompt' or 'messages'")
-    if has_prompt:
-        prompt = data["prompt"]
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ProbeError(f"{where}: 'prompt' must be a non-empty string")
-        messages: tuple[dict[str, Any], ...] = ({"role": "user", "content": prompt},)
-    else:
-        raw_messages = data["messages"]
-        if (
-            not isinstance(raw_messages, Sequence)
-            or isinstance(raw_messages, (str, bytes))
-            or not raw_messages
-        ):
-            raise ProbeError(f"{where}: 'messages' must be a non-empty list of {{role, content}} dicts")
-        checked = []
-        for number, message in enumerate(raw_messages, start=1):
-            if not isinstance(message, Mapping):
-                raise ProbeError(f"{where}: message {number} must be a dict with 'role' and 'content'")
-            role = message.get("role")
-            if not isinstance(role, str) or not role:
-                raise ProbeError(f"{where}: message {number} needs a 'role' (e.g. user, system)")
-            if not isinstance(message.get("content"), (str, list)):
-                raise ProbeError(f"{where}: message {number} needs a 'content' (a string)")
-            checked.append(dict(message))
-        messages = tuple(checked)
-
-    max_tokens = data.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if not _is_int(max_tokens) or max_tokens < 1:
-        raise ProbeError(f"{where}: 'max_tokens' must be a positive integer, got {max_tokens!r}")
-
-    expect = data.get("expect")
-    if expect is not None:
-        if not isinstance(expect, str):
-            raise ProbeError(f"{where}: 'expect' must be a regular expression string")
-        try:
-            re.compile(expect)
-        except re.error as exc:
-            raise ProbeError(f"{where}: 'expect' is not a valid regular expression: {exc}") from None
-
-    expect_python = data.get("expect_python", False)
-    if not isinstance(expect_python, bool):
-        raise ProbeError(f"{where}: 'expect_python' must be true or false")
-
-    finish_reason = data.get("finish_reason", DEFAULT_FINISH_REASON)
-    if finish_reason not in FINISH_REASONS:
-        raise ProbeError(f"{where}: 'finish_reason' must be one of {', '.join(FINISH_REASONS)}")
-
-    temperature = data.get("temperature", DEFAULT_TEMPERATURE)
-    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
-        raise ProbeError(f"{where}: 'temperature' must be a number >= 0, got {temperature!r}")
-
-    extra_body = data.get("extra_body", {})
-    if not isinstance(extra_body, Mapping):
-        raise ProbeError(f"{where}: 'extra_body' must be a dict, e.g. {{chat_template_kwargs: {{...}}}}")
-    for key in extra_body:
-        if key in RESERVED_BODY_KEYS:
-            raise ProbeError(f"{where}: 'extra_body' may not set '{key}'; use {RESERVED_BODY_KEYS[key]}")
-
-    return Probe(
-        name=name,
-        messages=messages,
-        max_tokens=max_tokens,
-        expect=expect,
-        expect_python=expect_python,
-        finish_reason=finish_reason,
-        temperature=float(temperature),
-        extra_body=dict(extra_body),
-    )
+def scan_signatures(text: str) -> list[str]:
+    """The meanings of the NaN/crash signatures found anywhere in text (each reported once)."""
+    found = []
+    for pattern, meaning in _SIGNATURE_RES:
+        if pattern.search(text) and meaning not in found:
+            found.append(meaning)
+    return found
 
 
-def normalize_probes(raw: object) -> list[Probe]:
-    """Validate a probe list; None means the default probes. Names must be unique."""
-    if raw is None:
-        raw = DEFAULT_PROBES
-    if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
-        raise ProbeError("'probes' must be a list of dicts")
-    if not raw:
-        raise ProbeError("'probes' is empty; leave it out to use the default probes")
-    probes = [normalize_probe(item, index) for index, item in enumerate(raw)]
-    seen: set[str] = set()
-    for probe in probes:
-        if probe.name in seen:
-            raise ProbeError(f"probe name '{probe.name}' is used twice; names must be unique")
-        seen.add(probe.name)
-    return probes
-
-
-def build_request(probe: Probe, model: str, logprobs: bool) -> dict[str, Any]:
-    """The JSON body for POST /v1/chat/completions."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [dict(message) for message in probe.messages],
-        "max_tokens": probe.max_tokens,
-        "temperature": probe.temperature,
-        "stream": False,
-    }
-    if logprobs:
-        body["logprobs"] = True
-        body["top_logprobs"] = 1
-    body.update(probe.extra_body)
-    return body
+def first_signature(line: str) -> str | None:
+    """The meaning of the first crash signature a line carries, or None (a journal line is reported once)."""
+    for pattern, meaning in _SIGNATURE_RES:
+        if pattern.search(line):
+            return meaning
+    return None
 
 
 # --- Degenerate output
@@ -356,7 +199,7 @@ _UNIT_RUNS = tuple(
 
 
 def _sample(span: str) -> str:
-    return repr(_clean(span[:SAMPLE_CHARS])) + ("…" if len(span) > SAMPLE_CHARS else "")
+    return repr(clean_text(span[:SAMPLE_CHARS])) + ("…" if len(span) > SAMPLE_CHARS else "")
 
 
 def find_degenerate(text: str) -> str | None:
@@ -412,7 +255,7 @@ def _logprob_kind(value: object) -> str | None:
     """Which rule a logprob breaks (null, not a number, non-finite, above 0), or None for a sound one."""
     if value is None:
         return "null"
-    if not _is_number(value):
+    if not is_number(value):
         return "not_number"
     if not math.isfinite(value):
         return "non_finite"
@@ -488,7 +331,7 @@ def _shown_logprob(value: object) -> str:
     """A logprob as a message shows it: null, nan, inf, 0.5, or the JSON text of a non-number."""
     if value is None:
         return "null"
-    if _is_number(value):
+    if is_number(value):
         return repr(value)
     return _quote(json.dumps(value, default=str), 40)
 
@@ -566,17 +409,8 @@ def check_python_answer(content: str) -> str | None:
 
 
 def _verdict(failures: list[str], **fields: Any) -> Verdict:
-    failures = [_clean(item) for item in failures if item]
+    failures = [clean_text(item) for item in failures if item]
     return Verdict(passed=not failures, failures=failures, **fields)
-
-
-def scan_signatures(text: str) -> list[str]:
-    """The meanings of the NaN/crash signatures found anywhere in text (each reported once)."""
-    found = []
-    for pattern, meaning in _JOURNAL_RES:
-        if pattern.search(text) and meaning not in found:
-            found.append(meaning)
-    return found
 
 
 def _signature_failures(text: str) -> list[str]:
@@ -595,7 +429,9 @@ def _error_summary(obj: object) -> str | None:
     return None
 
 
-def _decode(body: bytes | str | None) -> tuple[str | None, str | None]:
+def decode_body(body: bytes | str | None) -> tuple[str | None, str | None]:
+    """(text, None) from a raw body (None reads as empty), or (None, why not): not bytes, larger than
+    ``MAX_BODY_BYTES`` or not UTF-8."""
     if body is None:
         return "", None
     if isinstance(body, str):
@@ -610,23 +446,24 @@ def _decode(body: bytes | str | None) -> tuple[str | None, str | None]:
         return None, f"the body is not UTF-8 text ({exc.reason} at byte {exc.start})"
 
 
-def _parse_json(text: str) -> tuple[Any, str | None]:
+def parse_json(text: str) -> tuple[Any, str | None]:
+    """(the JSON value, None), or (None, why it is not JSON)."""
     try:
         return json.loads(text), None
     except (ValueError, RecursionError, MemoryError) as exc:
         return None, f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requested: bool) -> Verdict:
-    text, decode_error = _decode(body)
-    if not _is_int(status):
+def _judge(status: object, body: bytes | str | None, probe: Expectation, logprobs_requested: bool) -> Verdict:
+    text, decode_error = decode_body(body)
+    if not is_int(status):
         return _verdict([f"no HTTP status ({status!r})"])
     if status in AUTH_STATUSES:
         return _verdict([auth_problem(status)])
     if status != 200:
         failures = [f"HTTP {status} (wanted 200)"]
         if text:
-            obj, _ = _parse_json(text)
+            obj, _ = parse_json(text)
             summary = _error_summary(obj) or text.strip()
             if summary:
                 failures[0] += f": {_quote(summary, 300)}"
@@ -640,7 +477,7 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
         return _verdict(["HTTP 200 with an empty body"])
     if text.lstrip().startswith("data:"):
         return _verdict(["the body is an event stream, not one JSON answer (is 'stream' set?)"])
-    obj, json_error = _parse_json(text)
+    obj, json_error = parse_json(text)
     if json_error is not None:
         return _verdict([f"the body is not JSON ({json_error}); it starts {_quote(text.strip(), 80)}"])
     if not isinstance(obj, Mapping):
@@ -669,10 +506,10 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
         raw_finish = raw_finish.get("type")
     finish_reason = raw_finish if isinstance(raw_finish, str) else None
     matched = choice.get("matched_stop")
-    matched_stop = matched if _is_int(matched) or isinstance(matched, str) else None
+    matched_stop = matched if is_int(matched) or isinstance(matched, str) else None
     usage = obj.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
-    completion_tokens = tokens if _is_int(tokens) and tokens >= 0 else None
+    completion_tokens = tokens if is_int(tokens) and tokens >= 0 else None
 
     message = choice.get("message")
     content: str | None = None
@@ -719,8 +556,8 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
 
     return _verdict(
         failures,
-        finish_reason=_clean(finish_reason) if finish_reason is not None else None,
-        matched_stop=_clean(matched_stop) if isinstance(matched_stop, str) else matched_stop,
+        finish_reason=clean_text(finish_reason) if finish_reason is not None else None,
+        matched_stop=clean_text(matched_stop) if isinstance(matched_stop, str) else matched_stop,
         content=truncate(content, CONTENT_KEEP),
         reasoning_content=truncate(reasoning, REASONING_KEEP),
         completion_tokens=completion_tokens,
@@ -728,7 +565,7 @@ def _judge(status: object, body: bytes | str | None, probe: Probe, logprobs_requ
 
 
 def judge_response(
-    status: object, body: bytes | str | None, probe: Probe, logprobs_requested: bool = False
+    status: object, body: bytes | str | None, probe: Expectation, logprobs_requested: bool = False
 ) -> Verdict:
     """Judge one raw HTTP answer to :func:`build_request`. Never raises."""
     try:
@@ -764,100 +601,6 @@ def judge_transport_error(message: str) -> Verdict:
     return _verdict([message or "no HTTP answer"])
 
 
-# --- Transport decisions (pure: they only look at exception objects)
-
-
-def read_answer(
-    read: Callable[[int], bytes], stopped: Callable[[], bool], count: Callable[[int], None]
-) -> bytes:
-    """An answer's body, read in chunks of ``READ_CHUNK`` up to ``MAX_BODY_BYTES`` + 1 bytes, until its end or
-    until ``stopped()`` (the caller's deadline). ``count`` is told each chunk's size as it arrives, so that a
-    caller that gives up at the deadline can say how much came. Shared by the module and the guard."""
-    chunks = []
-    received = 0
-    while received <= MAX_BODY_BYTES and not stopped():
-        chunk = read(READ_CHUNK)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        received += len(chunk)
-        count(len(chunk))
-    return b"".join(chunks)
-
-
-def describe_exception(exc: BaseException) -> tuple[str, bool]:
-    """(plain-words description, retryable) for an error raised by a request that got no HTTP status.
-
-    Only a refused connection is retryable: the server is not listening yet. A connection closed without a
-    response is not: that is how a crashing sglang looks (the scheduler dies, the server kills itself).
-    """
-    reason: object = exc
-    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
-        reason = exc.reason
-    if isinstance(reason, ConnectionRefusedError) or (
-        isinstance(reason, str) and "connection refused" in reason.lower()
-    ):
-        return "connection refused", True
-    if isinstance(reason, http.client.RemoteDisconnected):
-        return "the server closed the connection without an answer (did it crash? check its journal)", False
-    if isinstance(reason, ConnectionResetError):
-        return "the connection was reset (did the server crash? check its journal)", False
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return "no answer before the timeout", False
-    if isinstance(reason, ssl.SSLError):
-        return f"TLS error: {reason}", False
-    if isinstance(reason, socket.gaierror):
-        return f"cannot resolve the host: {reason}", False
-    return f"{type(reason).__name__}: {reason}", False
-
-
-def is_timeout(exc: BaseException) -> bool:
-    """Whether a request error is a socket timeout (urllib wraps it in a URLError)."""
-    reason: object = exc
-    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
-        reason = exc.reason
-    return isinstance(reason, (TimeoutError, socket.timeout))
-
-
-def deadline_problem(deadline_s: float, elapsed_s: float, status: int | None, received: int) -> str:
-    """The plain words for a request stopped at its total deadline: how far the answer got, after how long.
-
-    ``status`` is None when the status line and headers had not all arrived; ``received`` counts the bytes of
-    the body. A server that trickles its answer a byte at a time never trips a socket timeout; this stops it.
-    """
-    count = f"{received} byte{'' if received == 1 else 's'}"
-    if status is None:
-        got = f"{count} received after {elapsed_s:.1f} s, not even the status line and headers"
-    else:
-        got = f"HTTP {status}, then {count} of the body received after {elapsed_s:.1f} s"
-    return f"no complete answer within the {deadline_s:g} s deadline: {got} (a stalled or trickling server)"
-
-
-def is_retryable_status(status: int) -> bool:
-    """503 means starting or draining: worth another try. Any other status is an answer to judge."""
-    return status == 503
-
-
-def first_model_id(status: object, body: bytes | str | None) -> tuple[str | None, str | None]:
-    """(model id, None) from a GET /v1/models answer, or (None, what went wrong)."""
-    text, error = _decode(body)
-    if _is_int(status) and status in AUTH_STATUSES:
-        return None, f"GET /v1/models: {auth_problem(status)}"
-    if status != 200:
-        return None, f"GET /v1/models answered HTTP {status}; set the 'model' option"
-    if text is None:
-        return None, f"GET /v1/models: {error}"
-    obj, error = _parse_json(text)
-    data = obj.get("data") if isinstance(obj, Mapping) else None
-    if error or not isinstance(data, list) or not data:
-        return None, "GET /v1/models did not list any model; set the 'model' option"
-    first = data[0]
-    model = first.get("id") if isinstance(first, Mapping) else None
-    if not isinstance(model, str) or not model:
-        return None, "GET /v1/models: the first model has no id; set the 'model' option"
-    return model, None
-
-
 def failure_message(
     url: str, model: str | None, results: Sequence[Mapping[str, Any]], journal_failures: Sequence[str] = ()
 ) -> str:
@@ -875,81 +618,4 @@ def failure_message(
         sections.append(f"{len(failed)} of {len(results)} probes failed: " + " | ".join(parts))
     if journal_failures:
         sections.append("journal: " + "; ".join(journal_failures))
-    return _clean(f"{head}: " + " | ".join(sections or ["no reason recorded"]))
-
-
-# --- Journal
-
-
-def check_unit_name(unit: str) -> str | None:
-    """None for a plausible systemd unit name, else why not (it becomes a command argument)."""
-    if not unit or not UNIT_NAME.match(unit):
-        return f"journal_unit {unit!r} is not a systemd unit name"
-    return None
-
-
-def parse_systemctl_show(text: str) -> dict[str, str]:
-    """``systemctl show -p A -p B UNIT`` output (KEY=VALUE lines) as a dict."""
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
-def journal_command(unit: str, props: Mapping[str, str]) -> tuple[list[str] | None, str]:
-    """(journalctl arguments, what they cover) for the unit's log since its last start.
-
-    The unit's current InvocationID selects exactly the messages of its current run. Without one (older
-    systemd), the log of the unit since InactiveExitTimestamp (the moment it last started) is read. When the
-    unit never started, the command is None.
-    """
-    invocation = props.get("InvocationID", "")
-    if re.fullmatch(r"[0-9a-f]{32}", invocation):
-        return (
-            [
-                "journalctl",
-                "--no-pager",
-                "-o",
-                "short-iso",
-                f"_SYSTEMD_INVOCATION_ID={invocation}",
-            ],
-            f"invocation {invocation}",
-        )
-    since = props.get("InactiveExitTimestamp", "") or props.get("ActiveEnterTimestamp", "")
-    if since and since.lower() != "n/a":
-        return (
-            ["journalctl", "--no-pager", "-o", "short-iso", "-u", unit, "--since", since],
-            f"since {since}",
-        )
-    return None, "the unit has not started"
-
-
-def journal_read_problem(rc: int, stderr: str) -> str | None:
-    """Why a journalctl run cannot be trusted, or None. Without the rights to read the system journal,
-    journalctl prints a hint and shows nothing, which would look like a clean log."""
-    hint = stderr.strip()
-    if rc != 0:
-        return f"journalctl failed (rc={rc}): {hint[:200] or 'no message'}"
-    lowered = hint.lower()
-    if "insufficient permissions" in lowered or "not seeing messages from other users" in lowered:
-        return f"journalctl cannot read the unit's messages (run the task with become): {hint[:200]}"
-    return None
-
-
-def scan_journal(text: str) -> list[str]:
-    """Lines of a server log that carry a NaN, assert or crash signature, as 'line N: meaning: excerpt'."""
-    findings: list[str] = []
-    total = 0
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        line = _ANSI.sub("", raw_line).strip()
-        for pattern, meaning in _JOURNAL_RES:
-            if pattern.search(line):
-                total += 1
-                if len(findings) < JOURNAL_MAX_FINDINGS:
-                    findings.append(_clean(f"line {number}: {meaning}: {line[:200]}"))
-                break
-    if total > len(findings):
-        findings.append(f"… and {total - len(findings)} more matching lines")
-    return findings
+    return clean_text(f"{head}: " + " | ".join(sections or ["no reason recorded"]))

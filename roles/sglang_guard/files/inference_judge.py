@@ -1,1 +1,0 @@
-../../../python_plugins/module_utils/inference_judge.py
