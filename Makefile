@@ -24,7 +24,7 @@ CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 COLLECTION_SRC := collections/ansible_collections/glm5/deploy
 COLLECTION_DIR := $(CURDIR)/build/collection
 
-.PHONY: help deps venv collection lint-collection image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
+.PHONY: help deps venv collection collection-install lint-collection image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -102,13 +102,17 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff; promtool on the
 	lab/bin/promtool check rules roles/sglang_monitoring/files/glm5-rules.yml
 	lab/bin/promtool test rules roles/sglang_monitoring/files/glm5-rules.test.yml
 
-# The artifact as a user's project installs it (an empty collections path, a configuration of its own), linted
-# there: what Galaxy and Automation Hub would lint.
-lint-collection: collection
+# The artifact installed as a user's project installs it: into an empty collections path,
+# $(COLLECTION_DIR)/installed, with a configuration of its own ($(COLLECTION_DIR)/user/ansible.cfg), so the
+# repository's collections/ is not found instead. The lab's tests install it the same way (tests/integration).
+collection-install: collection
 	rm -rf $(COLLECTION_DIR)/installed $(COLLECTION_DIR)/user && mkdir -p $(COLLECTION_DIR)/user
 	printf '[defaults]\ncollections_path = %s\n' $(COLLECTION_DIR)/installed > $(COLLECTION_DIR)/user/ansible.cfg
 	ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-galaxy collection install \
 	  $(COLLECTION_DIR)/glm5-deploy-*.tar.gz -p $(COLLECTION_DIR)/installed
+
+# The installed artifact linted there: what Galaxy and Automation Hub would lint.
+lint-collection: collection-install
 	cd $(COLLECTION_DIR)/installed/ansible_collections/glm5/deploy && \
 	  ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-lint --offline --profile production --exclude plugins/data
 

@@ -75,19 +75,14 @@ retries = 3
 
 
 def install_collection(project: Path) -> Path:
-    """Build the collection's artifact (make collection) and install it into an empty collections path of a
-    user's project dir; returns that project's ansible.cfg."""
+    """Build the collection's artifact and install it into an empty collections path (make
+    collection-install, in project/build), then write a user's project configuration that finds only it;
+    returns that project's ansible.cfg."""
     build = project / "build"
-    make = ["make", "-s", "collection", f"COLLECTION_DIR={build}"]
+    make = ["make", "-s", "collection-install", f"COLLECTION_DIR={build}"]
     subprocess.run(make, cwd=ROOT, check=True, capture_output=True)
-    (artifact,) = build.glob("glm5-deploy-*.tar.gz")
-    collections = project / "collections"
     config = project / "ansible.cfg"
-    config.write_text(USER_CFG.format(inventory=ROOT / "inventory" / "lab", collections=collections))
-    galaxy = ROOT / ".venv" / "bin" / "ansible-galaxy"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
-    argv = [str(galaxy), "collection", "install", str(artifact), "-p", str(collections)]
-    subprocess.run(argv, cwd=project, env=env, check=True, capture_output=True)
+    config.write_text(USER_CFG.format(inventory=ROOT / "inventory" / "lab", collections=build / "installed"))
     return config
 
 

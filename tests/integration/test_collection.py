@@ -34,7 +34,7 @@ def test_every_role_has_argument_specs() -> None:
 
 def test_ansible_doc_documents_every_module_from_the_artifact(user_project: Path) -> None:
     text = ansible_doc(user_project, "-t", "module", *(f"glm5.deploy.{name}" for name in MODULES))
-    installed = user_project.parent / "collections" / "ansible_collections" / "glm5" / "deploy"
+    installed = user_project.parent / "build" / "installed" / "ansible_collections" / "glm5" / "deploy"
     for name in MODULES:
         assert f"> MODULE glm5.deploy.{name} ({installed}/plugins/modules/{name}.py)" in text, name
     assert text.count("OPTIONS") == text.count("EXAMPLES") == text.count("RETURN VALUES") == len(MODULES)

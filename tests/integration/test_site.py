@@ -73,7 +73,7 @@ def test_the_site_ran_from_the_installed_collection(converged, user_project) -> 
     """The check-mode run's roles and plugins are the artifact's, not this repository's: a user's project
     (its own ansible.cfg, an empty collections path but for the artifact) runs glm5.deploy.site."""
     _, checked = converged
-    installed = user_project.parent / "collections" / "ansible_collections" / "glm5" / "deploy"
+    installed = user_project.parent / "build" / "installed" / "ansible_collections" / "glm5" / "deploy"
     assert (installed / "MANIFEST.json").is_file()
     task_paths = (e["event_data"].get("task_path") for e in checked.events)
     task_files = {path.split(":")[0] for path in task_paths if path}
