@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,8 +163,10 @@ def run_playbook_in(
 
 
 @pytest.fixture(scope="session")
-def lab_up() -> None:
-    """Skip nothing: fail loudly when the lab is not up, so a broken setup is never a green run."""
+def lab_up(request: pytest.FixtureRequest) -> None:
+    """Skip nothing: fail loudly when the lab is not up, so a broken setup is never a green run. When the
+    session scans the world-readable files for secrets, the release trees are scanned now
+    (scan_release_trees)."""
     out = subprocess.run(
         ["podman", "ps", "--filter", "label=io.glm5-deploy.lab", "--format", "{{.Names}}"],
         capture_output=True,
@@ -172,6 +175,52 @@ def lab_up() -> None:
     ).stdout.split()
     missing = [h for h in (*LAB_NODES, "lab-gateway") if f"glm5-lab-{h}" not in out]
     assert not missing, f"lab hosts not running: {missing}; run `make lab-up`"
+    if any(item.name == WORLD_READABLE_TEST for item in request.session.items):
+        RELEASE_SCAN.update(scan_release_trees())
+
+
+# --------------------------------------------------------------------------------------------------------
+# The release trees (the sglang venvs under RELEASES: 69,000 of a lab node's 81,000 world-readable files and
+# 1.5 of its 1.8 GB) are scanned for the lab's secrets when the lab tests start, right after molecule default
+# wrote them, while they are still in the page cache. test_security's scan of every world-readable file
+# (WORLD_READABLE_TEST) then reads, under RELEASES, only the files created or changed since: a file whose
+# ctime is older than the marker, touched before the early scan began, holds what that scan read. Read cold
+# at that test, beside the checks half's scenarios writing their venvs and shards, the trees took minutes
+# (docs/measurements.md, issue 16, ninth part).
+# --------------------------------------------------------------------------------------------------------
+
+RELEASES = "/opt/sglang/releases"
+RELEASES_SCANNED = "/root/.glm5-releases-scanned"
+LEAK_PATTERNS = "/root/.glm5-leak-patterns"
+WORLD_READABLE_TEST = "test_no_secret_in_world_readable_files"
+# What the world-readable scan reads: regular files every local user can read, under 20 MB (big binaries are
+# skipped), on the root filesystem.
+WORLD_READABLE = "-xdev -type f -perm -0004 -size -20M"
+# Each node's early scan: host -> the release files that hold a secret (filled by lab_up).
+RELEASE_SCAN: dict[str, list[str]] = {}
+_SCANNED = "glm5-lab: release trees scanned"
+
+
+def scan_release_trees() -> dict[str, list[str]]:
+    """Touch RELEASES_SCANNED on every lab node, then grep its release trees' world-readable files for the
+    lab's secrets (on stdin into a root-only patterns file: no command line carries them), the nodes side by
+    side; returns each node's hits."""
+    script = (
+        f"umask 077; cat > {LEAK_PATTERNS}; touch {RELEASES_SCANNED}; "
+        f"if [ -d {RELEASES} ]; then find {RELEASES} {WORLD_READABLE} -print0 2>/dev/null "
+        f"| xargs -0 grep -lFf {LEAK_PATTERNS} 2>/dev/null; fi; rm -f {LEAK_PATTERNS}; echo '{_SCANNED}'"
+    )
+    patterns = "\n".join(SECRETS.values()) + "\n"
+
+    def one(host: str) -> list[str]:
+        argv = ["podman", "exec", "-i", f"glm5-lab-{host}", "sh", "-c", script]
+        out = subprocess.run(argv, input=patterns, capture_output=True, text=True, check=True).stdout
+        lines = out.splitlines()
+        assert lines and lines[-1] == _SCANNED, f"{host}: the release scan did not finish: {out[-2000:]}"
+        return lines[:-1]
+
+    with ThreadPoolExecutor(len(LAB_NODES)) as pool:
+        return dict(zip(LAB_NODES, pool.map(one, LAB_NODES), strict=True))
 
 
 @pytest.fixture(scope="module")

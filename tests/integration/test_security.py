@@ -16,10 +16,15 @@ from conftest import (
     FIREWALL_LOAD_TASK,
     FLUSHED_NODE,
     LAB_NODES,
+    LEAK_PATTERNS,
     NAN_NODE,
+    RELEASE_SCAN,
+    RELEASES,
+    RELEASES_SCANNED,
     ROOT,
     ROUTER_URL,
     SECRETS,
+    WORLD_READABLE,
     Run,
     http_from,
     lab,
@@ -28,7 +33,7 @@ from conftest import (
     router_workers,
 )
 
-PATTERNS_FILE = "/root/.glm5-leak-patterns"
+PATTERNS_FILE = LEAK_PATTERNS
 UNITS = {
     "sglang.service": LAB_NODES,
     "sglang-router.service": ("lab-gateway",),
@@ -77,26 +82,44 @@ def scan(adhoc, command: str) -> dict[str, list[str]]:
     return {host: res["stdout_lines"] for host, res in found.items() if res["stdout_lines"]}
 
 
+def world_readable_scan(top: str = "/") -> str:
+    """The command that greps the world-readable files under ``top`` for the secrets; on a host with the early
+    scan's marker, the release files older than the marker are skipped (conftest.scan_release_trees)."""
+    return (
+        f"if [ -e {RELEASES_SCANNED} ]; then "
+        f"set -- ! \\( -path '{RELEASES}/*' ! -cnewer {RELEASES_SCANNED} \\); fi; "
+        f'find {top} {WORLD_READABLE} "$@" -print0 2>/dev/null '
+        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true"
+    )
+
+
 def test_the_scan_finds_a_planted_secret(adhoc) -> None:
-    """The control: a world-readable file that holds the router admin key is found, on that host only."""
+    """The control: a world-readable file that holds the router admin key is found, on that host only; and one
+    written into gpu-node-1's release tree after the early scan is found by the world-readable scan."""
     planted = "/var/tmp/glm5-planted-secret"
     content = f"key={SECRETS['sglang_router_admin_key']}\n"
-    args = json.dumps({"dest": planted, "mode": "0644", "content": content})
-    adhoc("lab-gateway", "ansible.builtin.copy", args)
+    args = {"dest": planted, "mode": "0644", "content": content}
+    adhoc("lab-gateway", "ansible.builtin.copy", json.dumps(args))
+    in_release = lab("gpu-node-1", "readlink -f /opt/sglang/current").stdout.strip() + "/glm5-planted-secret"
+    assert in_release.startswith(f"{RELEASES}/"), in_release
+    adhoc("gpu-node-1", "ansible.builtin.copy", json.dumps({**args, "dest": in_release}))
     try:
-        hits = scan(adhoc, f"grep -rlFf {PATTERNS_FILE} /var/tmp 2>/dev/null || true")
+        hits = scan(
+            adhoc, f"grep -rlFf {PATTERNS_FILE} /var/tmp 2>/dev/null || true; {world_readable_scan(RELEASES)}"
+        )
     finally:
         adhoc("lab-gateway", "ansible.builtin.file", f"path={planted} state=absent")
-    assert hits == {"lab-gateway": [planted]}
+        adhoc("gpu-node-1", "ansible.builtin.file", f"path={in_release} state=absent")
+    assert hits == {"lab-gateway": [planted], "gpu-node-1": [in_release]}
 
 
 def test_no_secret_in_world_readable_files(adhoc) -> None:
-    """Every world-readable regular file on every lab host's root filesystem; big binaries are skipped."""
-    hits = scan(
-        adhoc,
-        "find / -xdev -type f -perm -0004 -size -20M -print0 2>/dev/null "
-        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true",
-    )
+    """Every world-readable regular file on every lab host's root filesystem; big binaries are skipped. The
+    release trees' files were scanned when the session started (conftest.scan_release_trees); here, under
+    RELEASES, only those created or changed since then are read again."""
+    assert sorted(RELEASE_SCAN) == sorted(LAB_NODES), "the release trees were not scanned"
+    assert {host: [] for host in LAB_NODES} == RELEASE_SCAN, RELEASE_SCAN
+    hits = scan(adhoc, world_readable_scan())
     assert hits == {}
 
 
