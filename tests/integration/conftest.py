@@ -201,14 +201,30 @@ RELEASE_SCAN: dict[str, list[str]] = {}
 _SCANNED = "glm5-lab: release trees scanned"
 
 
+def grep_world_readable(top: str = "/", skip_scanned: bool = True) -> str:
+    """The shell command that lists the world-readable files under ``top`` holding a line of LEAK_PATTERNS.
+    With ``skip_scanned``, on a host with the early scan's marker, the release files whose ctime is older than
+    the marker are skipped (the early scan read them); elsewhere nothing is."""
+    skip = (
+        f"if [ -e {RELEASES_SCANNED} ]; then "
+        f"set -- ! \\( -path '{RELEASES}/*' ! -cnewer {RELEASES_SCANNED} \\); fi; "
+        if skip_scanned
+        else "set --; "
+    )
+    return (
+        f'{skip}find {top} {WORLD_READABLE} "$@" -print0 2>/dev/null '
+        f"| xargs -0 grep -lFf {LEAK_PATTERNS} 2>/dev/null || true"
+    )
+
+
 def scan_release_trees() -> dict[str, list[str]]:
     """Touch RELEASES_SCANNED on every lab node, then grep its release trees' world-readable files for the
     lab's secrets (on stdin into a root-only patterns file: no command line carries them), the nodes side by
     side; returns each node's hits."""
     script = (
         f"umask 077; cat > {LEAK_PATTERNS}; touch {RELEASES_SCANNED}; "
-        f"if [ -d {RELEASES} ]; then find {RELEASES} {WORLD_READABLE} -print0 2>/dev/null "
-        f"| xargs -0 grep -lFf {LEAK_PATTERNS} 2>/dev/null; fi; rm -f {LEAK_PATTERNS}; echo '{_SCANNED}'"
+        f"if [ -d {RELEASES} ]; then {grep_world_readable(RELEASES, skip_scanned=False)}; fi; "
+        f"rm -f {LEAK_PATTERNS}; echo '{_SCANNED}'"
     )
     patterns = "\n".join(SECRETS.values()) + "\n"
 

@@ -20,12 +20,11 @@ from conftest import (
     NAN_NODE,
     RELEASE_SCAN,
     RELEASES,
-    RELEASES_SCANNED,
     ROOT,
     ROUTER_URL,
     SECRETS,
-    WORLD_READABLE,
     Run,
+    grep_world_readable,
     http_from,
     lab,
     leaks,
@@ -33,7 +32,6 @@ from conftest import (
     router_workers,
 )
 
-PATTERNS_FILE = LEAK_PATTERNS
 UNITS = {
     "sglang.service": LAB_NODES,
     "sglang-router.service": ("lab-gateway",),
@@ -69,28 +67,17 @@ def test_no_secret_in_verbose_output(verbose_run) -> None:
 
 
 def scan(adhoc, command: str) -> dict[str, list[str]]:
-    """Run ``command`` on every lab host with the secrets in a root-only patterns file (PATTERNS_FILE, put
+    """Run ``command`` on every lab host with the secrets in a root-only patterns file (LEAK_PATTERNS, put
     there through copy's no_log content, so no command line and no journal entry carries them); returns each
     host's output lines, which the command limits to hits."""
     content = "\n".join(SECRETS.values()) + "\n"
-    args = json.dumps({"dest": PATTERNS_FILE, "mode": "0600", "content": content})
+    args = json.dumps({"dest": LEAK_PATTERNS, "mode": "0600", "content": content})
     adhoc("lab", "ansible.builtin.copy", args)
-    found = adhoc("lab", "ansible.builtin.shell", f"{command}; rm -f {PATTERNS_FILE}")
+    found = adhoc("lab", "ansible.builtin.shell", f"{command}; rm -f {LEAK_PATTERNS}")
     assert set(found) == {*LAB_NODES, "lab-gateway"}
     for host, res in found.items():
         assert "stdout_lines" in res, (host, sorted(res))
     return {host: res["stdout_lines"] for host, res in found.items() if res["stdout_lines"]}
-
-
-def world_readable_scan(top: str = "/") -> str:
-    """The command that greps the world-readable files under ``top`` for the secrets; on a host with the early
-    scan's marker, the release files older than the marker are skipped (conftest.scan_release_trees)."""
-    return (
-        f"if [ -e {RELEASES_SCANNED} ]; then "
-        f"set -- ! \\( -path '{RELEASES}/*' ! -cnewer {RELEASES_SCANNED} \\); fi; "
-        f'find {top} {WORLD_READABLE} "$@" -print0 2>/dev/null '
-        f"| xargs -0 grep -lFf {PATTERNS_FILE} 2>/dev/null || true"
-    )
 
 
 def test_the_scan_finds_a_planted_secret(adhoc) -> None:
@@ -105,7 +92,7 @@ def test_the_scan_finds_a_planted_secret(adhoc) -> None:
     adhoc("gpu-node-1", "ansible.builtin.copy", json.dumps({**args, "dest": in_release}))
     try:
         hits = scan(
-            adhoc, f"grep -rlFf {PATTERNS_FILE} /var/tmp 2>/dev/null || true; {world_readable_scan(RELEASES)}"
+            adhoc, f"grep -rlFf {LEAK_PATTERNS} /var/tmp 2>/dev/null || true; {grep_world_readable(RELEASES)}"
         )
     finally:
         adhoc("lab-gateway", "ansible.builtin.file", f"path={planted} state=absent")
@@ -119,7 +106,7 @@ def test_no_secret_in_world_readable_files(adhoc) -> None:
     RELEASES, only those created or changed since then are read again."""
     assert sorted(RELEASE_SCAN) == sorted(LAB_NODES), "the release trees were not scanned"
     assert {host: [] for host in LAB_NODES} == RELEASE_SCAN, RELEASE_SCAN
-    hits = scan(adhoc, world_readable_scan())
+    hits = scan(adhoc, grep_world_readable())
     assert hits == {}
 
 
@@ -147,7 +134,7 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
         f"{{ TZ=UTC journalctl --no-pager -o cat --since '{since}'; "
         "for u in sglang sglang-router sglang-guard; do id=$(systemctl show $u -p InvocationID --value); "
         '[ -z "$id" ] || journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$id; done; } '
-        f"| grep -Ff {PATTERNS_FILE} | cut -c1-300 || true",
+        f"| grep -Ff {LEAK_PATTERNS} | cut -c1-300 || true",
     )
     assert hits == {}
 
