@@ -15,8 +15,8 @@ export ANSIBLE_FORCE_COLOR ?= 0
 
 APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl
 PLAYBOOK := $(BIN)/ansible-playbook
-# The lab's size: GPU nodes in the lab fleet (3 is inventory/lab; other sizes: lab/bin/lab-inventory N).
-LAB_NODES ?= 3
+# The lab's size: GPU nodes in the lab fleet (2 is inventory/lab; other sizes: lab/bin/lab-inventory N).
+LAB_NODES ?= 2
 LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
@@ -69,13 +69,13 @@ lab-artifacts-locked: image
 	lab/bin/build-hf-mirror >/dev/null
 	lab/bin/build-debian-extra >/dev/null
 
-lab-up: lab-artifacts ## Bring the lab fleet up, LAB_NODES GPU nodes (default 3) and lab-gateway (idempotent).
+lab-up: lab-artifacts ## Bring the lab fleet up, LAB_NODES GPU nodes (default 2) and lab-gateway (idempotent).
 	$(PLAYBOOK) -i $(LAB_INVENTORY) lab/playbooks/lab.yml
 
 lab-down: venv ## Remove the lab's containers, network and volumes (and nothing else).
 	$(PLAYBOOK) lab/playbooks/lab-down.yml
 
-deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_NODES GPU nodes, default 3).
+deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_NODES GPU nodes, default 2).
 	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
 test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, refusals, molecule's containers).

@@ -22,7 +22,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+# The lab's GPU nodes, as its inventory lists them (inventory/lab/hosts.yml: gpu-node-1 and gpu-node-2).
+_LAB_HOSTS = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text())
+LAB_NODES = tuple(_LAB_HOSTS["all"]["children"]["sglang_nodes"]["hosts"])
 
 # The lab's secrets (lab values in inventory/lab/group_vars, handled by the roles exactly like vault values).
 _LAB_VARS = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml").read_text())
@@ -275,12 +277,14 @@ def adhoc(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Callable[..
 
 
 # --------------------------------------------------------------------------------------------------------
-# One site.yml run at -vvv with gpu-node-3 on the NaN-poisoned copy, shared by the serving-safety tests (the
+# One site.yml run at -vvv with gpu-node-1 on the NaN-poisoned copy, shared by the serving-safety tests (the
 # node fails and stays out of the router) and the security tests (no key in the output of a run that
 # handles every key, failure messages included).
 # --------------------------------------------------------------------------------------------------------
 
-NAN_NODE = "gpu-node-3"
+# gpu-node-1, not TLS_NODE: its inventory has no host_vars of its own for this run's to replace, and tune.yml
+# (test_security.py) measures the TLS node while this one is broken.
+NAN_NODE = "gpu-node-1"
 NAN_REPO = "glm5-lab/glm5-lab-tiny-nan"
 # A node whose host firewall table is deleted by hand before that run (an operator's `nft flush ruleset`): the
 # run must load it again (test_security.py).

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, SECRETS, Run, leaks, run_playbook_in
+from conftest import LAB_NODES, ROOT, SECRETS, Run, leaks, run_playbook_in
 
 INPUTS_PLAY = "Check the inventory's inputs before anything changes"
 CHECKING_PLAYS = {INPUTS_PLAY, "Preflight checks on the GPU nodes, before anything changes"}
@@ -51,7 +51,7 @@ def lab_hosts(**groups: Any) -> dict[str, Any]:
     return doc
 
 
-NODES = {h: {"ansible_host": f"glm5-lab-{h}"} for h in ("gpu-node-1", "gpu-node-2", "gpu-node-3")}
+NODES = {h: {"ansible_host": f"glm5-lab-{h}"} for h in LAB_NODES}
 
 CASES = [
     # Types and choices, from the roles' argument specs.
@@ -362,16 +362,17 @@ CASES = [
     Case(
         "replica-member-not-a-node",
         ("sglang_replica_pair", "sglang_nodes"),
-        hosts=lab_hosts(sglang_replica_pair={"gpu-node-3": None, "lab-gateway": None}),
+        hosts=lab_hosts(sglang_replica_pair={"gpu-node-2": None, "lab-gateway": None}),
         limit="",
     ),
     Case(
         "unreachable-rank-0",
         ("sglang_server_advertise_host", "rank0.invalid"),
         hosts=lab_hosts(
+            # Ranked in the group's order, which yaml.safe_dump sorts: gpu-node-1 is rank 0.
             sglang_replica_pair={
-                "gpu-node-2": {"sglang_server_advertise_host": "rank0.invalid"},
-                "gpu-node-3": None,
+                "gpu-node-1": {"sglang_server_advertise_host": "rank0.invalid"},
+                "gpu-node-2": None,
             }
         ),
         limit="",

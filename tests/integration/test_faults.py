@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -99,24 +98,33 @@ def failure(run: Run, host: str) -> str:
     )
 
 
-def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> None:
-    """gpu-node-2 freezes (podman pause: every exec into it fails) while gpu-node-1 switches: the rollout
-    stops at gpu-node-2 and gpu-node-3 is never touched. Then gpu-node-2 resumes and gpu-node-1 goes back to
-    the inventory's unit."""
-    import ansible_runner
-    from conftest import ROOT
+ROLL_PLAY = "Roll the update through the replicas"
+FREEZE_UPDATE = {"sglang_settings": {"max_running_requests": 3}}
 
-    before = node_state(adhoc)
-    update = {"sglang_settings": {"max_running_requests": 3}}
-    private = ROOT / ".ansible" / "fault-rollout"
+
+def rollout_with_a_frozen_node(name: str, node: str, freeze_when: Callable[[dict[str, Any]], bool]) -> tuple:
+    """rolling_update.yml with FREEZE_UPDATE (every node's unit changes), in the background; ``node`` freezes
+    (podman pause: every exec into it fails) at the run's first event that ``freeze_when`` accepts, and
+    resumes once the run has ended. The run's status, its events, and the nodes' Roll-play events by host."""
+    import ansible_runner
+
+    private = ROOT / ".ansible" / name
     subprocess.run(["rm", "-rf", str(private)], check=True)
     private.mkdir(parents=True)
+    frozen = threading.Event()
+
+    def freeze(event: dict[str, Any]) -> bool:
+        if not frozen.is_set() and freeze_when(event):
+            subprocess.run(["podman", "pause", f"glm5-lab-{node}"], check=True)
+            frozen.set()
+        return True
+
     thread, runner = ansible_runner.run_async(
         private_data_dir=str(private),
         project_dir=str(ROOT),
         playbook=str(ROOT / "playbooks" / "rolling_update.yml"),
         inventory=str(ROOT / "inventory" / "lab"),
-        extravars=update,
+        extravars=FREEZE_UPDATE,
         envvars={
             **RUNNER_ENV,
             # Only waits for the failure: the frozen node is unreachable after 10 s of keepalives instead of
@@ -128,49 +136,76 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
             "ANSIBLE_SSH_RETRIES": "0",
             "ANSIBLE_TIMEOUT": "10",
         },
+        event_handler=freeze,
         quiet=True,
     )
-    paused = False
     try:
-        # gpu-node-1 has its new unit (its switch is under way): freeze the next node before its batch.
-        deadline = time.monotonic() + 900
-        while thread.is_alive() and time.monotonic() < deadline:
-            if unit_sha("gpu-node-1") != before["gpu-node-1"][1]:
-                subprocess.run(["podman", "pause", "glm5-lab-gpu-node-2"], check=True)
-                paused = True
-                break
-            time.sleep(1)
         thread.join(timeout=900)
-        assert paused, "gpu-node-1 never finished its switch"
-        assert runner.status == "failed", runner.status
-        events = list(runner.events)
-        lost = [
-            e
-            for e in events
-            if e.get("event") in ("runner_on_unreachable", "runner_on_failed")
-            and e["event_data"].get("host") == "gpu-node-2"
-        ]
-        assert lost, "the frozen node was not reported"
-        # Staging compared gpu-node-3's files in check mode; no switch task ever ran for it.
-        touched = [
-            e["event_data"].get("task")
-            for e in events
-            if e["event_data"].get("host") == "gpu-node-3"
-            and e["event_data"].get("play") == "Roll the update through the replicas"
-            and e.get("event", "").startswith("runner_on_")
-        ]
-        assert not touched, f"gpu-node-3 was switched: {touched}"
-        subprocess.run(["podman", "unpause", "glm5-lab-gpu-node-2"], check=True)
-        paused = False
-        after = node_state(adhoc)
-        assert after["gpu-node-3"] == before["gpu-node-3"]
-        assert after["gpu-node-2"] == before["gpu-node-2"]
-        assert after["gpu-node-1"][1] != before["gpu-node-1"][1], "gpu-node-1 was switched before the freeze"
     finally:
-        if paused:
-            subprocess.run(["podman", "unpause", "glm5-lab-gpu-node-2"], check=True)
-        # The router's workers to the inventory (gpu-node-2 stayed registered; this proves it is healthy
-        # again). gpu-node-1 stays on the update: the next tests take it back to the inventory's unit.
+        if frozen.is_set():
+            subprocess.run(["podman", "unpause", f"glm5-lab-{node}"], check=True)
+    assert not thread.is_alive(), "the rollout did not end"
+    assert frozen.is_set(), f"{node} was never frozen"
+    events = list(runner.events)
+    rolled: dict[str, list[str]] = {}
+    for e in events:
+        host = e["event_data"].get("host")
+        if host and e["event_data"].get("play") == ROLL_PLAY and e.get("event", "").startswith("runner_on_"):
+            rolled.setdefault(host, []).append(e["event_data"].get("task"))
+    return runner.status, events, rolled
+
+
+def lost(events: list[dict[str, Any]], host: str) -> bool:
+    """Whether the run reported ``host`` unreachable or failed."""
+    return any(
+        e.get("event") in ("runner_on_unreachable", "runner_on_failed")
+        and e["event_data"].get("host") == host
+        for e in events
+    )
+
+
+def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> None:
+    """Two rollouts of the same update on the two lab nodes, each with a node frozen (podman pause) before its
+    batch. First gpu-node-1 freezes as the roll begins: the rollout stops there and gpu-node-2 is never
+    touched, and neither node changed. Then gpu-node-2 freezes while gpu-node-1 switches: gpu-node-1 keeps
+    its switch, the rollout stops at gpu-node-2, which is unchanged. Then gpu-node-2 resumes; gpu-node-1
+    goes back to the inventory's unit in the next tests."""
+    first, second = LAB_NODES[:2]
+    before = node_state(adhoc)
+    try:
+        status, events, rolled = rollout_with_a_frozen_node(
+            "fault-rollout-first",
+            first,
+            lambda e: e.get("event") == "playbook_on_play_start" and e["event_data"].get("play") == ROLL_PLAY,
+        )
+        assert status == "failed", status
+        assert lost(events, first), "the frozen node was not reported"
+        # Staging compared the other node's files in check mode; no switch task ever ran for it (the frozen
+        # node's own events in the roll play prove the play is the one named).
+        assert first in rolled and second not in rolled, rolled
+        assert node_state(adhoc) == before
+        began = lab(first, f"test -e {SWITCH_RECORD}", check=False).returncode == 0
+        assert not began, f"{first} froze after its switch began: the test's freeze came too late"
+
+        # gpu-node-1 has its new unit (its switch is under way): freeze the next node before its batch.
+        status, events, rolled = rollout_with_a_frozen_node(
+            "fault-rollout-second",
+            second,
+            lambda e: (
+                e.get("event") == "runner_on_ok"
+                and e["event_data"].get("host") == first
+                and unit_sha(first) != before[first][1]
+            ),
+        )
+        assert status == "failed", status
+        assert lost(events, second) and second in rolled, "the frozen node was not reported"
+        after = node_state(adhoc)
+        assert after[second] == before[second]
+        assert after[first][1] != before[first][1], f"{first} was switched before the freeze"
+    finally:
+        # The router's workers to the inventory (the frozen nodes stayed registered, or the guard took them
+        # out meanwhile; this proves they are healthy again). gpu-node-1 stays on the update: the next tests
+        # take it back to the inventory's unit.
         router = run_playbook("playbooks/router.yml")
     assert router.status == "successful", router.stats
 
@@ -402,7 +437,7 @@ def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> No
     }
     lab("lab-gateway", f"mkdir -p -m 0700 {Path(LOCK).parent} && echo '{json.dumps(planted)}' > {LOCK}")
     try:
-        run = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-3")
+        run = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-2")
         assert run.status == "failed", run.stats
         message = "\n".join(
             str(r.get("msg"))
@@ -414,18 +449,18 @@ def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> No
         assert "rollback.yml --limit gpu-node-2" in message and "fleet_lock_break=true" in message, message
         stages = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_ok"}
         assert not any(p and p.startswith("Stage") for p in stages), stages
-        # Broken by a rollback to the release gpu-node-3 runs (nothing to switch), at -vvv: the rollback
+        # Broken by a rollback to the release gpu-node-2 runs (nothing to switch), at -vvv: the rollback
         # playbook's own steps in the security suite's rule too.
-        release = lab("gpu-node-3", "basename $(readlink /opt/sglang/current)").stdout.strip()
+        release = lab("gpu-node-2", "basename $(readlink /opt/sglang/current)").stdout.strip()
         broken = run_playbook(
             "playbooks/rollback.yml",
             extravars={"fleet_lock_break": True, "sglang_rollback_release": release},
-            cmdline="--limit gpu-node-3",
+            cmdline="--limit gpu-node-2",
             verbosity=3,
         )
         assert broken.status == "successful", broken.stats
         no_key_in(broken.stdout, json.dumps(broken.events))
-        assert "up to date" in broken.results("Report the replica's plan")["gpu-node-3"]["msg"]
+        assert "up to date" in broken.results("Report the replica's plan")["gpu-node-2"]["msg"]
         assert "Took over the fleet lock" in broken.stdout and "alice@ops-bastion-2" in broken.stdout
         assert lab("lab-gateway", f"test -e {LOCK}", check=False).returncode == 1
     finally:

@@ -1,9 +1,9 @@
 """No user request reaches a node that answers garbage: site.yml proves each replica before routing it, and
 the guard (sglang-guard on lab-gateway) keeps judging the answers after the play ends.
 
-1. site.yml with gpu-node-3 on the NaN-poisoned copy (the shared -vvv run, conftest.nan_site): the play fails
+1. site.yml with gpu-node-1 on the NaN-poisoned copy (the shared -vvv run, conftest.nan_site): the play fails
    naming that node, the router does not route to it, the other nodes serve.
-2. With the lab serving the load generator through the router, gpu-node-3 starts answering garbage
+2. With the lab serving the load generator through the router, gpu-node-1 starts answering garbage
    outside Ansible, without a restart: by hand, its running server loads the NaN copy's weights (sglang's own
    /update_weights_from_disk), so the process, its port and /health stay up all along, the failure that only
    the answers show. The guard takes it out within K intervals, no wrong answer goes through the router from
@@ -178,7 +178,7 @@ def loadgen() -> Callable[[], dict]:
 
 
 def swap_weights(poison: bool) -> float:
-    """By hand, outside Ansible: gpu-node-3's running server loads the NaN copy's weights from disk (or the
+    """By hand, outside Ansible: gpu-node-1's running server loads the NaN copy's weights from disk (or the
     healthy ones again) through sglang's /update_weights_from_disk, with the node's admin key (on stdin, on
     no command line: the one key that admin endpoint accepts, test_security.py). No restart: the server keeps
     its port and /health. Returns when the swap was asked."""

@@ -158,7 +158,7 @@ def test_the_router_answers_and_routes_to_every_replica(converged, adhoc) -> Non
         "lab-gateway", "ansible.builtin.uri", "url=http://127.0.0.1:29000/metrics return_content=true"
     )
     text = metrics["lab-gateway"]["content"]
-    assert re.search(r"^smg_worker_pool_size\{[^}]*\} 3$", text, re.M), text[:2000]
+    assert re.search(rf"^smg_worker_pool_size\{{[^}}]*\}} {len(LAB_NODES)}$", text, re.M), text[:2000]
     for host in LAB_NODES:
         assert f'smg_worker_health{{worker="{node_url(host)}"}} 1' in text
 

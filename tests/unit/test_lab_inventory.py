@@ -16,8 +16,10 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
 
 
-def test_three_nodes_is_the_committed_lab_inventory() -> None:
-    assert run("3").stdout.strip() == str(ROOT / "inventory" / "lab")
+def test_two_nodes_is_the_committed_lab_inventory() -> None:
+    assert run("2").stdout.strip() == str(ROOT / "inventory" / "lab")
+    hosts = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text())["all"]["children"]
+    assert list(hosts["sglang_nodes"]["hosts"]) == ["gpu-node-1", "gpu-node-2"]
 
 
 def test_n_nodes_get_their_own_inventory_with_the_lab_settings() -> None:
