@@ -193,7 +193,8 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
     if p6:
         g = p6["guard"]
         measured = (
-            f"interval {g['interval_s']:.0f} s; first failed verdict to out of the router "
+            (f"{p6['nodes']} nodes behind the router; " if "nodes" in p6 else "")
+            + f"interval {g['interval_s']:.0f} s; first failed verdict to out of the router "
             f"{g['first_failed_verdict_to_out_s']} s; "
             f"restarted on the NaN copy to out {g['poisoned_to_out_s']} s; "
             f"fixed to back in {g['fixed_to_in_s']} s; {g['requests']} requests through the router: "
