@@ -196,7 +196,7 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             (f"{p6['nodes']} nodes behind the router; " if "nodes" in p6 else "")
             + f"interval {g['interval_s']:.0f} s; first failed verdict to out of the router "
             f"{g['first_failed_verdict_to_out_s']} s; "
-            f"restarted on the NaN copy to out {g['poisoned_to_out_s']} s; "
+            f"poisoned to out {g['poisoned_to_out_s']} s; "
             f"fixed to back in {g['fixed_to_in_s']} s; {g['requests']} requests through the router: "
             f"{g['wrong_answers_before_out']} wrong before it was out, {g['wrong_answers_after_out']} after; "
             f"fewest healthy workers {g['min_replicas_in_router']}; "

@@ -210,8 +210,8 @@ def p5(_sizes: list[int]) -> dict[str, Any]:
 def p6(_sizes: list[int]) -> dict[str, Any]:
     # The guard's test runs on the committed lab (inventory/lab): bring the lab to that size and converge it
     # first (P1 and P3 may have left it at another size).
-    nodes = len(yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text())["all"]["children"]
-                ["sglang_nodes"]["hosts"])  # fmt: skip
+    hosts = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text(encoding="utf-8"))
+    nodes = len(hosts["all"]["children"]["sglang_nodes"]["hosts"])
     make("p6-lab-up", "lab-up", nodes)
     playbook("p6-site", nodes, "site.yml")
     numbers = ROOT / ".ansible" / "guard-numbers.json"
