@@ -77,17 +77,6 @@ def node_state(adhoc: Callable[..., dict[str, dict[str, Any]]]) -> dict[str, tup
     return {host: tuple(res["stdout_lines"]) for host, res in shown.items()}
 
 
-def unit_sha(host: str) -> str:
-    """The sha256 of a lab node's sglang unit, read directly (the play is running meanwhile)."""
-    shown = subprocess.run(
-        ["podman", "exec", f"glm5-lab-{host}", "sha256sum", "/etc/systemd/system/sglang.service"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return shown.stdout.split()[0]
-
-
 def failure(run: Run, host: str) -> str:
     """The failure messages of ``host`` in the run."""
     return "\n".join(
@@ -99,6 +88,8 @@ def failure(run: Run, host: str) -> str:
 
 
 ROLL_PLAY = "Roll the update through the replicas"
+# The task of sglang_server that writes a node's unit (a changed result: the node has its new unit).
+UNIT_TASK = "Install the systemd unit"
 FREEZE_UPDATE = {"sglang_settings": {"max_running_requests": 3}}
 
 
@@ -187,14 +178,18 @@ def test_a_node_stopped_mid_rollout_stops_the_rollout(run_playbook, adhoc) -> No
         began = lab(first, f"test -e {SWITCH_RECORD}", check=False).returncode == 0
         assert not began, f"{first} froze after its switch began: the test's freeze came too late"
 
-        # gpu-node-1 has its new unit (its switch is under way): freeze the next node before its batch.
+        # gpu-node-1 has its new unit (its switch is under way): freeze the next node before its batch. The
+        # event says so by itself (the unit task's changed result on gpu-node-1); reading the unit at every
+        # event instead was a podman exec per event, which made the handler lag behind the run.
         status, events, rolled = rollout_with_a_frozen_node(
             "fault-rollout-second",
             second,
             lambda e: (
                 e.get("event") == "runner_on_ok"
                 and e["event_data"].get("host") == first
-                and unit_sha(first) != before[first][1]
+                and e["event_data"].get("play") == ROLL_PLAY
+                and e["event_data"].get("task") == UNIT_TASK
+                and e["event_data"].get("res", {}).get("changed") is True
             ),
         )
         assert status == "failed", status

@@ -43,6 +43,9 @@ HEALTHY_DIR = f"{MODELS}/glm5-lab-tiny"
 NAN_DIR = f"{MODELS}/glm5-lab-tiny-nan"
 LOADGEN = "/usr/local/lib/glm5-lab-loadgen"
 LOADGEN_FILES = "/var/tmp/glm5-guard-chaos"
+# Requests a second through the router while the guard works (as molecule/rolling): back to back, the load
+# kept a lab core busy for the whole test (docs/measurements.md, eleventh part).
+LOADGEN_RATE = 10
 FAIL_AFTER = 2  # sglang_guard_fail_after's default, which the lab keeps
 CHECK_SLACK = 3 * 5 + 5  # one check of a server that refuses connections: 3 retries 5 s apart, and a margin
 
@@ -156,7 +159,8 @@ def loadgen() -> Callable[[], dict]:
             "--url", ROUTER_URL, "--ca", ROUTER_CA,
             "--admin-key", SECRETS["sglang_router_admin_key"],
             "--api-key", SECRETS["sglang_router_api_key"],
-            "--concurrency", "1", "--max-requests", "100000", "--max-seconds", "900", "--max-tokens", "64",
+            "--concurrency", "1", "--rate", str(LOADGEN_RATE),
+            "--max-requests", "100000", "--max-seconds", "900", "--max-tokens", "64",
             "--stop-file", f"{LOADGEN_FILES}.stop", "--out", f"{LOADGEN_FILES}.json",
         ],
         check=True,
