@@ -50,6 +50,7 @@ import ast
 import json
 import math
 import re
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -342,9 +343,16 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_LANGS = {"python", "py", "python3"}
 
 
+# One ast.parse at a time in this process. CPython 3.11 keeps the AST constructor's recursion depth in
+# interpreter-wide state, and two threads parsing at once can make it raise a spurious
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905): a healthy prime answer
+# judged by the guard's threads came out as "the judge could not read the answer" (make test, 2026-12-03).
+_PARSE_LOCK = threading.Lock()
+
+
 def _parse_python(source: str) -> tuple[ast.Module | None, str | None]:
     try:
-        with warnings.catch_warnings():
+        with _PARSE_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return ast.parse(source), None
     except SyntaxError as exc:

@@ -6,7 +6,9 @@ import ast
 import http.client
 import json
 import socket
+import threading
 import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -595,6 +597,29 @@ def test_check_python_answer(content: str, problem: str | None) -> None:
         assert found is None
     else:
         assert found is not None and problem in found
+
+
+def test_python_answers_judged_in_threads_are_parsed_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard judges replicas in threads; CPython 3.11's ast.parse can raise a spurious SystemError when
+    two threads parse at once (python/cpython#106905), so the judge parses one answer at a time."""
+    from ansible_collections.glm5.deploy.plugins.module_utils import judge_verdict
+
+    inside, most = [0], [0]
+    parse = ast.parse
+
+    def slow_parse(source: str, *args: Any, **kwargs: Any) -> ast.Module:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        threading.Event().wait(0.02)  # long enough for the other threads to come in, were they let in
+        inside[0] -= 1
+        return parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(judge_verdict.ast, "parse", slow_parse)
+    answer = '```python\ndef f(n: int) -> bool:\n    """Doc."""\n    return True\n```'
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(check_python_answer, [answer] * 16))
+    assert found == [None] * 16
+    assert most[0] == 1
 
 
 def test_python_with_a_null_byte_is_reported_not_raised() -> None:
