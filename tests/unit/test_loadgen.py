@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chat_server import JsonHandler, no_proxy, serving  # noqa: F401  (no_proxy: autouse fixture)
+from chat_server import JsonHandler, serving
+from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from sglang_captures import load
 
 LOADGEN = Path(__file__).resolve().parents[2] / "lab" / "bin" / "loadgen"
