@@ -1,5 +1,5 @@
-"""Load the Jinja2 filter and test plugins, and the connection, shell and become plugins, once, in the
-controller's main process.
+"""Load the Jinja2 filter, test and lookup plugins, the connection, shell and become plugins, and the
+collection's data tables once, in the controller's main process.
 
 Ansible runs each task of each host in a process forked from the main one. A plugin that the main process has
 not loaded is loaded again in every such process:
@@ -10,16 +10,36 @@ not loaded is loaded again in every such process:
   fragments: ansible-core's main process loads the configuration of the short names only (ssh). That was
   about a tenth of a no-op site.yml's controller CPU (docs/measurements.md, issue 16, fifth part). The shell
   and become plugins are preloaded by their FQCNs for the same reason.
+- a lookup plugin is loaded by the task that calls it, with its configuration, so an inventory value that
+  calls one (`lookup('ansible.builtin.env', ...)`, as the lab's key path does) parsed the lookup's
+  DOCUMENTATION YAML in every task of every host: 490 plugin configurations were parsed in a no-op
+  site.yml on the two-node lab, 38 with these preloaded.
+- the launch profiles, the lanes and the known-bad table (plugins/data) are read and cached (lru_cache) by the
+  filters that use them, in the worker process that first calls one: again in every such task.
 Loaded here once, before the first fork, every task inherits them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 
 from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import become_loader, connection_loader, filter_loader, shell_loader, test_loader
+from ansible.plugins.loader import (
+    become_loader,
+    connection_loader,
+    filter_loader,
+    lookup_loader,
+    shell_loader,
+    test_loader,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
+    load_dialects,
+    load_lanes_file,
+    load_profiles,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_known_bad import load_known_bad
 
 # The collection's own filters (glm5.deploy.<name>): filter_loader.all() lists the configured paths' plugins
 # only, so these are asked for by name.
@@ -39,21 +59,35 @@ def collection_filter_names() -> list[str]:
 
 
 # The connection, shell and become plugins a run of this project uses: ssh to the nodes (the lab's too), local
-# for the controller's own tasks, sh on every host, sudo where production's inventory sets become.
+# for the controller's own tasks, sh on every host, sudo where production's inventory sets become. The lookups
+# its roles and inventories call (file, env, template, pipe) and its own.
 PRELOADED = (
     (connection_loader, ("ansible.builtin.ssh", "ansible.builtin.local")),
     (shell_loader, ("ansible.builtin.sh",)),
     (become_loader, ("ansible.builtin.sudo",)),
+    (
+        lookup_loader,
+        (
+            "ansible.builtin.env",
+            "ansible.builtin.file",
+            "ansible.builtin.template",
+            "ansible.builtin.pipe",
+            f"{COLLECTION}.glm5_controller_run",
+        ),
+    ),
 )
+# The collection's data tables, each cached by its loader (the defaults' data directory).
+DATA_TABLES = (load_lanes_file, load_dialects, load_profiles, load_known_bad)
 
 DOCUMENTATION = """
 name: glm5_preload
 type: aggregate
-short_description: Load the Jinja2, connection, shell and become plugins once, before tasks fork
+short_description: Load the Jinja2, lookup, connection, shell and become plugins once, before tasks fork
 description:
-  - Loads every filter and test plugin, and the ssh, local, sh and sudo plugins with their configuration, in
-    the main process, so that the per-task worker processes inherit them instead of loading them again for
-    each host and task.
+  - Loads every filter and test plugin, the file, env, template and pipe lookups, the ssh, local, sh and sudo
+    plugins with their configuration, and the collection's launch profiles, lanes and known-bad table, in the
+    main process, so that the per-task worker processes inherit them instead of loading them again for each
+    host and task.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
 """
@@ -76,3 +110,7 @@ class CallbackModule(CallbackBase):
         for loader, names in PRELOADED:
             for name in names:
                 loader.get(name, class_only=True)
+        # Best effort: the filter that reads a broken table says what is wrong with it, in its task.
+        for load in DATA_TABLES:
+            with contextlib.suppress(Exception):
+                load()

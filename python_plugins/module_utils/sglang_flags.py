@@ -107,7 +107,8 @@ def _load_yaml(path: Path) -> Any:
     import yaml  # PyYAML ships with ansible-core; imported here so the pure functions need nothing.
 
     with path.open(encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        # libyaml's safe loader when PyYAML has it: the same documents, about ten times faster.
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @lru_cache(maxsize=8)

@@ -49,7 +49,8 @@ def load_known_bad(data_dir: str | None = None) -> dict[str, Any]:
 
     path = (Path(data_dir) if data_dir else DATA_DIR) / "known_bad.yml"
     with path.open(encoding="utf-8") as handle:
-        table = yaml.safe_load(handle)
+        # libyaml's safe loader when PyYAML has it (as sglang_flags reads its tables).
+        table = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     validate_table(table)
     return table
 

@@ -90,3 +90,35 @@ def test_without_the_callback_each_task_reads_the_ssh_config_again(tmp_path: Pat
     monkeypatch.setenv("ANSIBLE_SSH_RETRIES", "0")
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
     assert len(ssh_config_loads(tmp_path)) == 3
+
+
+# Three tasks that each call the env lookup, as the lab inventory's key path does in every task, and a filter
+# that reads the launch profiles.
+LOOKUP_TASK = """
+    - name: Call a lookup and read the launch profiles ({n})
+      ansible.builtin.debug:
+        msg:
+          - "{{{{ lookup('ansible.builtin.env', 'HOME') }}}}"
+          - "{{{{ ('cpu' | glm5.deploy.sglang_profile).settings | length }}}}"
+"""
+
+
+def lookup_config_loads(tmp_path: Path) -> list[str]:
+    """Each time a process read the env lookup's configuration (its DOCUMENTATION) in a three-task play."""
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(tasks="".join(LOOKUP_TASK.format(n=n) for n in range(3))))
+    run = ansible_playbook(str(play))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return re.findall(r"Loaded config def from plugin \(lookup/\S+\.lookup\.env\)", run.stdout + run.stderr)
+
+
+def test_the_lookups_config_is_read_once_before_the_tasks_fork(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANSIBLE_DEBUG", "1")
+    assert len(lookup_config_loads(tmp_path)) == 1
+
+
+def test_without_the_callback_each_task_reads_the_lookups_config_again(tmp_path: Path, monkeypatch) -> None:
+    """The control: every task's worker parses the env lookup's documentation itself."""
+    monkeypatch.setenv("ANSIBLE_DEBUG", "1")
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
+    assert len(lookup_config_loads(tmp_path)) == 3
