@@ -18,14 +18,13 @@ PLAYBOOK := $(BIN)/ansible-playbook
 # The lab's size: GPU nodes in the lab fleet (2 is inventory/lab; other sizes: lab/bin/lab-inventory N).
 LAB_NODES ?= 2
 LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
-# Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead. runtime
-# first: make test's checks half runs it before the others (see checks).
-CONTAINER_SCENARIOS := runtime preflight driver gpu-matrix checkpoint
+# Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
+CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
 COLLECTION_SRC := collections/ansible_collections/glm5/deploy
 COLLECTION_DIR := $(CURDIR)/build/collection
 
-.PHONY: $(addprefix scenario-,$(CONTAINER_SCENARIOS)) help deps venv collection collection-install lint-collection image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
+.PHONY: help deps venv collection collection-install lint-collection image lab-artifacts lab-artifacts-locked lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -84,15 +83,12 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks-beside
 
 # The lab fleet's suite is the longest: it starts at once (the lab's artifacts, then lab-up), and the checks run
-# beside it, one after the other. The machine's cores are what both halves share, so the checks run in the
-# background of the CPU (lab/bin/background: nice 10 in a low-weight cpu cgroup; their containers have a low
-# weight of their own): they fill the lab suite's waits instead of slowing the half that decides how long make
-# test takes. The disk has no such priority: the runtime scenario writes two releases (13 GB), and an sglang start
-# on a lab node meanwhile waited minutes for its imports (docs/measurements.md, twelfth part). So it runs early,
-# right after lint (a minute, no artifact), beside the lab's own installs (molecule default) and before the lab
-# suite's restarts begin; unit, parser, refusals and the other scenarios follow. On a fresh machine it waits for
-# the artifacts the lab half builds.
-checks: lint scenario-runtime unit parser refusals $(addprefix scenario-,$(filter-out runtime,$(CONTAINER_SCENARIOS))) ## lint, the runtime scenario, unit, parser, refusals, the other container scenarios (beside integration in make test).
+# beside it, one after the other: lint, unit and parser need no artifact, so on a fresh machine they run while
+# the artifacts build; refusals and the scenarios with their own containers wait for them (lab-artifacts). The
+# machine's cores are what both halves share, so the checks run in the background of the CPU (lab/bin/background:
+# nice 10 in a low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's
+# waits instead of slowing the half that decides how long make test takes.
+checks: lint unit parser refusals molecule ## lint, unit, parser, refusals, then the container scenarios (beside integration in make test).
 
 checks-beside:
 	lab/bin/background $(MAKE) --no-print-directory -j1 checks
@@ -137,10 +133,10 @@ integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence)
 	time $(BIN)/molecule test -s rolling
 	time $(BIN)/molecule test -s rollback
 
-molecule: $(addprefix scenario-,$(CONTAINER_SCENARIOS)) ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
-
-$(addprefix scenario-,$(CONTAINER_SCENARIOS)): scenario-%: lab-artifacts
-	time GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $*
+molecule: lab-artifacts ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
+	for scenario in $(CONTAINER_SCENARIOS); do \
+	  time GLM5_LAB_IMAGE=$$(lab/bin/build-image --print-name) $(BIN)/molecule test -s $$scenario || exit 1; \
+	done
 
 bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite docs/benchmarks.md (BENCH_FIGURES=P1,P3 for some).
 	$(BIN)/python lab/bench/suite.py $(if $(BENCH_FIGURES),--figures $(BENCH_FIGURES))
