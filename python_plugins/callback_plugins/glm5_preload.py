@@ -36,7 +36,7 @@ from ansible.plugins.loader import (
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     load_dialects,
-    load_lanes_file,
+    load_lanes,
     load_profiles,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_known_bad import load_known_bad
@@ -76,8 +76,9 @@ PRELOADED = (
         ),
     ),
 )
-# The collection's data tables, each cached by its loader (the defaults' data directory).
-DATA_TABLES = (load_lanes_file, load_dialects, load_profiles, load_known_bad)
+# The collection's data tables, read through the calls the filters make (lru_cache keys a call's arguments as
+# written: load_lanes() fills load_lanes_file(None), the entry the filters read).
+DATA_TABLES = (load_lanes, load_dialects, load_profiles, load_known_bad)
 
 DOCUMENTATION = """
 name: glm5_preload

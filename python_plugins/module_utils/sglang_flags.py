@@ -103,7 +103,8 @@ def version_matches(version: str, spec: str | None) -> bool:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> Any:
+    """A data file of the collection (profiles, lanes, the known-bad table), read safely."""
     import yaml  # PyYAML ships with ansible-core; imported here so the pure functions need nothing.
 
     with path.open(encoding="utf-8") as handle:
@@ -115,7 +116,7 @@ def _load_yaml(path: Path) -> Any:
 def load_lanes_file(data_dir: str | None = None) -> dict[str, Any]:
     """lanes.yml as a dict with ``lanes`` and ``dialects``."""
     base = Path(data_dir) if data_dir else DATA_DIR
-    doc = _load_yaml(base / "lanes.yml")
+    doc = load_yaml(base / "lanes.yml")
     if not isinstance(doc, dict) or "lanes" not in doc or "dialects" not in doc:
         raise SglangFlagError(f"{base / 'lanes.yml'} must hold the mappings 'lanes' and 'dialects'")
     return doc
@@ -178,7 +179,7 @@ def load_profiles(data_dir: str | None = None) -> dict[str, dict[str, Any]]:
     base = Path(data_dir) if data_dir else DATA_DIR
     profiles: dict[str, dict[str, Any]] = {}
     for path in sorted((base / "profiles").glob("*.yml")):
-        doc = _load_yaml(path)
+        doc = load_yaml(path)
         arch = doc.get("arch") if isinstance(doc, dict) else None
         if arch != path.stem:
             raise SglangFlagError(f"{path}: 'arch' must be {path.stem!r} (the file name), found {arch!r}")

@@ -16,6 +16,7 @@ from typing import Any
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     DATA_DIR,
     SglangFlagError,
+    load_yaml,
     version_matches,
 )
 
@@ -45,12 +46,7 @@ class Finding:
 @lru_cache(maxsize=4)
 def load_known_bad(data_dir: str | None = None) -> dict[str, Any]:
     """known_bad.yml as a dict with ``entries``; checked with validate_table."""
-    import yaml  # PyYAML ships with ansible-core.
-
-    path = (Path(data_dir) if data_dir else DATA_DIR) / "known_bad.yml"
-    with path.open(encoding="utf-8") as handle:
-        # libyaml's safe loader when PyYAML has it (as sglang_flags reads its tables).
-        table = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    table = load_yaml((Path(data_dir) if data_dir else DATA_DIR) / "known_bad.yml")
     validate_table(table)
     return table
 

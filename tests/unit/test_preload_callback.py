@@ -22,16 +22,22 @@ TASK = """
 """
 
 
+def three_task_play(tmp_path: Path, task: str, logged: str) -> list[str]:
+    """The lines of Ansible's debug log that match ``logged`` in a local play of three copies of ``task``."""
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(tasks="".join(task.format(n=n) for n in range(3))))
+    run = ansible_playbook(str(play))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return re.findall(logged, run.stdout + run.stderr, re.M)
+
+
 def fleet_loads(tmp_path: Path) -> list[str]:
     """Each time a process loaded the project's 'fleet' filter plugin in a three-task play (Ansible's debug
     log names the main process's id even in the per-task processes, so the lines are counted, not the ids; a
     load from the loader's cache says so and is not counted)."""
-    play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(tasks="".join(TASK.format(n=n) for n in range(3))))
-    run = ansible_playbook(str(play))
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    loaded = r"^\s*(\d+) [\d.]+: Loading FilterModule '\S+\.filter\.fleet' from \S+$"
-    return re.findall(loaded, run.stdout + run.stderr, re.M)
+    return three_task_play(
+        tmp_path, TASK, r"^\s*(\d+) [\d.]+: Loading FilterModule '\S+\.filter\.fleet' from \S+$"
+    )
 
 
 def test_the_filters_are_loaded_once_before_the_tasks_fork(tmp_path: Path, monkeypatch) -> None:
@@ -105,11 +111,8 @@ LOOKUP_TASK = """
 
 def lookup_config_loads(tmp_path: Path) -> list[str]:
     """Each time a process read the env lookup's configuration (its DOCUMENTATION) in a three-task play."""
-    play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(tasks="".join(LOOKUP_TASK.format(n=n) for n in range(3))))
-    run = ansible_playbook(str(play))
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    return re.findall(r"Loaded config def from plugin \(lookup/\S+\.lookup\.env\)", run.stdout + run.stderr)
+    logged = r"Loaded config def from plugin \(lookup/\S+\.lookup\.env\)"
+    return three_task_play(tmp_path, LOOKUP_TASK, logged)
 
 
 def test_the_lookups_config_is_read_once_before_the_tasks_fork(tmp_path: Path, monkeypatch) -> None:
@@ -122,3 +125,31 @@ def test_without_the_callback_each_task_reads_the_lookups_config_again(tmp_path:
     monkeypatch.setenv("ANSIBLE_DEBUG", "1")
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
     assert len(lookup_config_loads(tmp_path)) == 3
+
+
+def test_the_data_tables_are_read_before_the_tasks_fork(monkeypatch) -> None:
+    """The callback fills the cached loaders of the launch profiles, lanes and known-bad table in the process
+    it runs in (the main one), so the workers it forks inherit them instead of reading the files again. The
+    plugins' part needs a playbook's collection loader (the plays above prove it), so it has none here."""
+    from ansible_collections.glm5.deploy.plugins.callback import glm5_preload
+
+    monkeypatch.setattr(glm5_preload, "collection_filter_names", list)
+    monkeypatch.setattr(glm5_preload, "PRELOADED", ())
+    from ansible_collections.glm5.deploy.plugins.module_utils import sglang_flags, sglang_known_bad
+
+    cached = (
+        sglang_flags.load_lanes_file,
+        sglang_flags.load_dialects,
+        sglang_flags.load_profiles,
+        sglang_known_bad.load_known_bad,
+    )
+    for load in cached:
+        load.cache_clear()
+    glm5_preload.CallbackModule().v2_playbook_on_start(None)
+    filled = [load.cache_info() for load in cached]
+    assert [info.currsize for info in filled] == [1, 1, 1, 1]
+    # The filters' own calls (filter_plugins/sglang.py) now find them: no miss.
+    sglang_flags.load_lanes()
+    sglang_flags.load_profiles()
+    sglang_known_bad.load_known_bad()
+    assert [load.cache_info().misses for load in cached] == [info.misses for info in filled]
