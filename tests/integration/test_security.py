@@ -282,6 +282,9 @@ def test_the_units_reference_the_key_files_only(adhoc) -> None:
 # What each key opens (docs/security.md), asked from lab-gateway (the router's host). A node's admin
 # endpoints: /flush_cache (harmless: it empties the prefix cache) and /update_weights_from_disk (asked with a
 # path that does not exist, so even an accepted call would change nothing; only refusals are expected here).
+# sglang answers a flush with 400 while a request runs (the guard probes the node every few seconds), so the
+# flush asks it to wait for the node to be idle: `?timeout=` (sglang's SchedulerFlushWrapper defers the flush
+# until the scheduler is idle, up to that many seconds).
 NODE = "http://gpu-node-1:30000"
 ROUTER = ROUTER_URL
 NO_WEIGHTS = {"model_path": "/nonexistent/glm5-no-weights"}
@@ -297,7 +300,7 @@ DOORS = [
     # (what, url, method, body, key -> expected status)
     ("node /v1", f"{NODE}/v1/models", "GET", None,
      {"": 401, CLIENT: 401, API: 200, NODE_ADMIN: 401, ROUTER_ADMIN: 401}),
-    ("node cache flush", f"{NODE}/flush_cache", "POST", None,
+    ("node cache flush", f"{NODE}/flush_cache?timeout=60", "POST", None,
      {"": 401, CLIENT: 401, API: 401, NODE_ADMIN: 200}),
     ("node weight update", f"{NODE}/update_weights_from_disk", "POST", NO_WEIGHTS, {CLIENT: 401, API: 401}),
     ("router /v1", f"{ROUTER}/v1/chat/completions", "POST", ASK,
