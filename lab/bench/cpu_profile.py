@@ -7,14 +7,18 @@ Every --interval seconds it records the machine's busy, idle and stolen CPU (/pr
 container's CPU (its cgroup v1 cpuacct.usage under libpod_parent, by container name) and the CPU of
 lab/bin/background's cgroup (make test's checks half, on the control node). When CMD ends it prints, and
 writes to --out (default build/bench/cpu-profile.json), the CPU seconds per group (lab nodes, lab-gateway,
-the container scenarios' containers, the checks half, the rest of the control node, the steal) in all and
-per --window seconds, and exits with CMD's exit code. A benchmark, not a test: nothing is asserted about
+the container scenarios' containers, the checks half, the rest of the control node, the steal) and the
+seconds when every task with work waited for the disk (the kernel's pressure stall figure, /proc/pressure/io
+"full") in all and per --window seconds, and exits with CMD's exit code. Before and after CMD it times a fixed
+piece of work (calibrate): the same commit's suite takes minutes more on a slow day of the shared host, and
+those figures say which day it was. A benchmark, not a test: nothing is asserted about
 time. The summary is pure (summarize, below; tests/unit/test_cpu_profile.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import subprocess
@@ -34,6 +38,11 @@ REST = "control node (the rest)"
 # The time the hypervisor gave another guest while this machine had work (/proc/stat's steal): neither busy
 # nor idle here, and the reason one run of the same commit is slower than another on a shared host.
 STEAL = "steal"
+# Seconds when every task that had work was waiting for the disk (/proc/pressure/io, the "full" line): wall
+# seconds, not CPU seconds, so its own figure too.
+IO_STALL = "io-stall"
+OWN_FIGURES = (STEAL, IO_STALL)
+PRESSURE_IO = Path("/proc/pressure/io")
 
 # time, busy s, idle s, CPU s by container name (or BACKGROUND)
 Sample = tuple[float, float, float, dict[str, float]]
@@ -70,8 +79,8 @@ def summarize(samples: Sequence[Sample], window: float = 300) -> dict[str, Any]:
         for name, value in seen.items():
             before = seen0.get(name, 0.0)
             used = value - before if value >= before else value
-            if name == STEAL:
-                delta[STEAL] = used
+            if name in OWN_FIGURES:
+                delta[name] = used
                 continue
             delta[group(name)] = delta.get(group(name), 0.0) + used
             explained += used
@@ -94,9 +103,12 @@ def render(summary: dict[str, Any]) -> str:
     """The summary as text: totals, then one line per window."""
     totals = summary["totals"]
     lines = [f"{summary['seconds']:.0f} s sampled: CPU seconds by group"]
+    if "calibration_cpu_s" in summary:
+        before, after = summary["calibration_cpu_s"]
+        lines.append(f"  calibration (CPU s of a fixed work, before / after): {before} / {after}")
     lines += [f"  {name:32s} {value:9.0f}" for name, value in totals.items()]
-    keys = [k for k in totals if k not in ("busy", "idle", STEAL)]
-    first = ["busy", "idle", *([STEAL] if STEAL in totals else [])]
+    keys = [k for k in totals if k not in ("busy", "idle", *OWN_FIGURES)]
+    first = ["busy", "idle", *(k for k in OWN_FIGURES if k in totals)]
     lines.append("window (min) " + " ".join(f"{k[:12]:>12s}" for k in [*first, *keys]))
     for slot in summary["windows"]:
         cells = " ".join(f"{slot.get(k, 0.0):12.0f}" for k in [*first, *keys])
@@ -109,6 +121,33 @@ def _cpu_seconds(path: Path) -> float | None:
         return int(path.read_text()) / 1e9
     except (OSError, ValueError):
         return None
+
+
+def _io_stall_seconds() -> float | None:
+    """The kernel's cumulative "full" I/O pressure stall time, in seconds (None without PSI)."""
+    try:
+        full = next(line for line in PRESSURE_IO.read_text().splitlines() if line.startswith("full "))
+    except (OSError, StopIteration):
+        return None
+    return int(full.rsplit("total=", 1)[1]) / 1e6
+
+
+def calibrate(repeat: int = 5) -> float:
+    """The CPU seconds of a fixed piece of single-threaded work (interpreted Python and hashing), the best of
+    ``repeat`` (about a third of a second each on this machine's 2-core VM): the same figure on two days says
+    the host gave the same speed."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.process_time()
+        total = 0
+        for i in range(3_000_000):
+            total += i * i % 7
+        digest = hashlib.sha256()
+        block = b"glm5" * (1 << 18)
+        for _ in range(256):
+            digest.update(block)
+        best = min(best, time.process_time() - started)
+    return round(best, 3)
 
 
 def sample() -> Sample:
@@ -127,6 +166,9 @@ def sample() -> Sample:
     except OSError:  # a fresh machine: make installs podman during the command
         shown = ""
     seen: dict[str, float] = {STEAL: steal}
+    stall = _io_stall_seconds()
+    if stall is not None:
+        seen[IO_STALL] = stall
     for line in shown.splitlines():
         cid, _, name = line.partition(" ")
         used = _cpu_seconds(PODMAN_CGROUPS / f"libpod-{cid}" / "cpuacct.usage")
@@ -148,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to profile after --")
+    calibration = [calibrate()]
     samples = [sample()]
     done = threading.Event()
 
@@ -163,7 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         done.set()
         thread.join()
         samples.append(sample())
-    summary = {"command": command, "rc": rc, **summarize(samples, args.window)}
+    calibration.append(calibrate())
+    summary = {
+        "command": command,
+        "rc": rc,
+        "calibration_cpu_s": calibration,
+        **summarize(samples, args.window),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(render(summary))

@@ -68,6 +68,37 @@ def test_steal_is_its_own_figure_and_no_group_is_charged_with_it() -> None:
     assert header[2:5] == ["busy", "idle", "steal"]
 
 
+def test_the_io_stall_is_its_own_figure_and_the_calibration_is_printed() -> None:
+    samples = [
+        (0.0, 100.0, 50.0, {cpu_profile.IO_STALL: 1000.0, "glm5-lab-gpu-node-1": 10.0}),
+        (60.0, 150.0, 60.0, {cpu_profile.IO_STALL: 1012.5, "glm5-lab-gpu-node-1": 40.0}),
+    ]
+    summary = cpu_profile.summarize(samples)
+    # The stall is wall time: the rest of the control node is busy minus the containers only (50 - 30).
+    assert summary["totals"] == {
+        "busy": 50.0,
+        "lab nodes": 30.0,
+        "control node (the rest)": 20.0,
+        cpu_profile.IO_STALL: 12.5,
+        "idle": 10.0,
+    }
+    text = cpu_profile.render({**summary, "calibration_cpu_s": [0.32, 0.41]})
+    assert "calibration (CPU s of a fixed work, before / after): 0.32 / 0.41" in text
+    assert text.splitlines()[-2].split()[2:5] == ["busy", "idle", cpu_profile.IO_STALL]
+
+
+def test_the_io_stall_is_read_from_the_full_line_of_the_pressure_file(tmp_path, monkeypatch) -> None:
+    pressure = tmp_path / "io"
+    pressure.write_text(
+        "some avg10=2.03 avg60=4.12 avg300=7.90 total=3251478695\n"
+        "full avg10=1.73 avg60=3.69 avg300=6.56 total=2276140287\n"
+    )
+    monkeypatch.setattr(cpu_profile, "PRESSURE_IO", pressure)
+    assert cpu_profile._io_stall_seconds() == 2276.140287
+    monkeypatch.setattr(cpu_profile, "PRESSURE_IO", tmp_path / "absent")
+    assert cpu_profile._io_stall_seconds() is None
+
+
 def test_one_sample_is_refused() -> None:
     with pytest.raises(ValueError, match="two samples"):
         cpu_profile.summarize([(0.0, 0.0, 0.0, {})])
