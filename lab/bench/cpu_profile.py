@@ -10,8 +10,8 @@ writes to --out (default build/bench/cpu-profile.json), the CPU seconds per grou
 the container scenarios' containers, the checks half, the rest of the control node, the steal) and the
 seconds when every task with work waited for the disk (the kernel's pressure stall figure, /proc/pressure/io
 "full") in all and per --window seconds, and exits with CMD's exit code. Before and after CMD it times a fixed
-piece of work (calibrate): the same commit's suite takes minutes more on a slow day of the shared host, and
-those figures say which day it was. A benchmark, not a test: nothing is asserted about
+piece of work (calibrate): the same suite takes minutes more at some hours of the shared host than at others,
+and a comparison of two runs needs these figures beside it. A benchmark, not a test: nothing is asserted about
 time. The summary is pure (summarize, below; tests/unit/test_cpu_profile.py).
 """
 
@@ -135,7 +135,7 @@ def _io_stall_seconds() -> float | None:
 def calibrate(repeat: int = 5) -> float:
     """The CPU seconds of a fixed piece of single-threaded work (interpreted Python and hashing), the best of
     ``repeat`` (about a third of a second each on this machine's 2-core VM): the same figure on two days says
-    the host gave the same speed."""
+    the host gave the same single-threaded speed."""
     best = float("inf")
     for _ in range(repeat):
         started = time.process_time()
