@@ -51,40 +51,31 @@ def test_a_container_made_again_counts_from_zero_and_windows_split_the_run() -> 
     assert "scenario containers" in text and text.splitlines()[0] == "400 s sampled: CPU seconds by group"
 
 
-def test_steal_is_its_own_figure_and_no_group_is_charged_with_it() -> None:
+@pytest.mark.parametrize("figure", cpu_profile.OWN_FIGURES)
+def test_steal_and_the_io_stall_are_their_own_figures_and_no_group_is_charged_with_them(figure: str) -> None:
+    """Neither is a container's CPU: the control node's rest stays busy minus the containers (80 - 30)."""
     samples = [
-        (0.0, 100.0, 50.0, {cpu_profile.STEAL: 7.0, "glm5-lab-gpu-node-1": 10.0}),
-        (60.0, 180.0, 60.0, {cpu_profile.STEAL: 19.0, "glm5-lab-gpu-node-1": 40.0}),
+        (0.0, 100.0, 50.0, {figure: 7.0, "glm5-lab-gpu-node-1": 10.0}),
+        (60.0, 180.0, 60.0, {figure: 19.0, "glm5-lab-gpu-node-1": 40.0}),
     ]
     summary = cpu_profile.summarize(samples)
     assert summary["totals"] == {
         "busy": 80.0,
         "control node (the rest)": 50.0,
         "lab nodes": 30.0,
-        "steal": 12.0,
+        figure: 12.0,
         "idle": 10.0,
     }
     header = cpu_profile.render(summary).splitlines()[-2].split()
-    assert header[2:5] == ["busy", "idle", "steal"]
+    assert header[2:5] == ["busy", "idle", figure]
 
 
-def test_the_io_stall_is_its_own_figure_and_the_calibration_is_printed() -> None:
-    samples = [
-        (0.0, 100.0, 50.0, {cpu_profile.IO_STALL: 1000.0, "glm5-lab-gpu-node-1": 10.0}),
-        (60.0, 150.0, 60.0, {cpu_profile.IO_STALL: 1012.5, "glm5-lab-gpu-node-1": 40.0}),
-    ]
+def test_the_calibration_is_printed_when_the_summary_has_it() -> None:
+    samples = [(0.0, 0.0, 0.0, {}), (30.0, 10.0, 5.0, {})]
     summary = cpu_profile.summarize(samples)
-    # The stall is wall time: the rest of the control node is busy minus the containers only (50 - 30).
-    assert summary["totals"] == {
-        "busy": 50.0,
-        "lab nodes": 30.0,
-        "control node (the rest)": 20.0,
-        cpu_profile.IO_STALL: 12.5,
-        "idle": 10.0,
-    }
+    assert "calibration" not in cpu_profile.render(summary)
     text = cpu_profile.render({**summary, "calibration_cpu_s": [0.32, 0.41]})
-    assert "calibration (CPU s of a fixed work, before / after): 0.32 / 0.41" in text
-    assert text.splitlines()[-2].split()[2:5] == ["busy", "idle", cpu_profile.IO_STALL]
+    assert text.splitlines()[1] == "  calibration (CPU s of a fixed work, before / after): 0.32 / 0.41"
 
 
 def test_the_io_stall_is_read_from_the_full_line_of_the_pressure_file(tmp_path, monkeypatch) -> None:
