@@ -404,8 +404,10 @@ def restore_nan_node(tmp_path: Path, always: bool = False) -> None:
     if not always and "tiny-nan" not in lab(NAN_NODE, "cat /etc/systemd/system/sglang.service").stdout:
         return
     if always:
-        # A stalled rank may ignore SIGTERM for the unit's whole stop timeout (10 min): kill it first.
-        lab(NAN_NODE, "systemctl kill -s KILL sglang", check=False)
+        # A stalled rank may ignore SIGTERM for the unit's whole stop timeout (10 min): kill it first. Then
+        # stop the unit, or systemd starts the broken launch again after RestartSec while serve.yml's tasks
+        # run (a start's imports for nothing: serve.yml restarts it onto the inventory's unit).
+        lab(NAN_NODE, "systemctl kill -s KILL sglang; systemctl stop sglang", check=False)
     run = run_playbook_in(tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}")
     assert run.status == "successful", run.stats
     NAN_NODE_LEFT_BROKEN["broken"] = False
