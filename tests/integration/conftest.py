@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -381,6 +381,62 @@ def router_workers() -> dict[str, dict[str, Any]]:
     return {w["url"].rstrip("/"): w for w in router_admin("/workers").get("workers") or []}
 
 
+# A playbook run made in a thread beside other tests, and the report root it writes into.
+Beside = tuple[Future[Run], Path]
+
+
+def run_beside(
+    tmp_path_factory: pytest.TempPathFactory, name: str, playbook: str, extravars: Callable[[Path], dict]
+) -> Iterator[Beside]:
+    """The body of a session fixture: ``playbook`` at -vvv against the lab in a thread, with the extra vars
+    ``extravars(report root)``, started when a test first asks for the fixture; the test that judges it waits
+    for the future. Ends when the session does."""
+    reports = tmp_path_factory.mktemp(f"{name}-reports")
+    with ThreadPoolExecutor(1) as pool:
+        run_dir = tmp_path_factory.mktemp(f"{name}-run")
+        future = pool.submit(run_playbook_in, run_dir, playbook, extravars=extravars(reports), verbosity=3)
+        yield future, reports
+
+
+# tune.yml at -vvv on the other node (TLS_NODE), for test_security's tune test: one candidate, the inventory's
+# own settings, so nothing on that node changes (no switch, no restart: its release, unit and server PID stay,
+# which the breaking tests check). It touches neither NAN_NODE nor anything the breaking tests read, and
+# serve.yml (theirs) takes no fleet lock: so it runs beside them (usefixtures), instead of a minute and a half
+# on its own.
+TUNE_NODE = TLS_NODE
+
+
+@pytest.fixture(scope="session")
+def tune_beside(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Beside]:
+    """tune.yml's run on TUNE_NODE, and its report root."""
+    yield from run_beside(
+        tmp_path_factory,
+        "tune",
+        "playbooks/tune.yml",
+        lambda reports: {
+            "tune_node": TUNE_NODE,
+            "sglang_tune_candidates": [{"name": "inventory", "settings": {}}],
+            "sglang_tune_report_root": str(reports),
+        },
+    )
+
+
+# playbooks/bench.yml at -vvv through the router, for test_site's bench test: two concurrency levels of
+# sglang's serving benchmark from a node's client. It changes nothing on the fleet, takes no fleet lock, and
+# waits on its requests far more than it computes; the bad inputs' site.yml runs (test_bad_inputs.py), which
+# change nothing either and are refused before the lock, keep the controller's CPU busy meanwhile. So it runs
+# beside them (node_refusals asks for it first).
+@pytest.fixture(scope="session")
+def bench_beside(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Beside]:
+    """bench.yml's run, and its report root."""
+    yield from run_beside(
+        tmp_path_factory,
+        "bench",
+        "playbooks/bench.yml",
+        lambda reports: {"sglang_bench_report_root": str(reports), "sglang_bench_concurrency": [1, 2]},
+    )
+
+
 @pytest.fixture(scope="session")
 def nan_site(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[tuple[Run, float]]:
     """site.yml at -vvv with NAN_NODE's checkpoint set to the NaN copy (its own inventory's host_vars), and
@@ -427,15 +483,23 @@ NAN_NODE_LEFT_BROKEN = {"broken": False}
 # Tests that leave NAN_NODE's server broken (a crash loop, a stalled start) are marked breaks_nan_node; the
 # first test that serves it from the inventory again is marked restores_nan_node (the guard's, which needs it
 # healthy). Run together, the breaking tests go right before the restoring one, after the NaN site.yml run
-# (which wants the fleet whole): one restart puts the node back for all of them instead of one each.
+# (which wants the fleet whole): one restart puts the node back for all of them instead of one each. A test
+# marked beside_nan_node_faults judges a run on the other node that the breaking tests start in the background
+# (tune_beside): it goes right after them, so that the run has had their minutes.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     breaking = [i for i in items if i.get_closest_marker("breaks_nan_node")]
+    beside = [i for i in items if i.get_closest_marker("beside_nan_node_faults")]
     restoring = next((i for i in items if i.get_closest_marker("restores_nan_node")), None)
-    if not breaking or restoring is None:
+    if not breaking:
         return
-    rest = [i for i in items if i not in breaking]
+    if restoring is None:
+        rest = [i for i in items if i not in beside]
+        at = rest.index(breaking[-1]) + 1
+        items[:] = rest[:at] + beside + rest[at:]
+        return
+    rest = [i for i in items if i not in breaking and i not in beside]
     at = rest.index(restoring)
-    items[:] = rest[:at] + breaking + rest[at:]
+    items[:] = rest[:at] + breaking + beside + rest[at:]
     config.stash[NAN_NODE_RESTORED_LATER] = True
 
 

@@ -441,8 +441,9 @@ def controller_refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, R
 
 
 @pytest.fixture(scope="module")
-def node_refusals(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> dict[str, Run]:
-    """The cases the nodes refuse, against the converged lab."""
+def node_refusals(tmp_path_factory: pytest.TempPathFactory, lab_up: None, bench_beside) -> dict[str, Run]:
+    """The cases the nodes refuse, against the converged lab. test_site's benchmark runs meanwhile
+    (conftest.bench_beside): neither changes the fleet."""
     return refuse_all(NODE_CASES, tmp_path_factory)
 
 

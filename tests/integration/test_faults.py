@@ -514,6 +514,8 @@ def restore_victim(
 
 
 @pytest.mark.breaks_nan_node
+# tune.yml's run on the other node goes on meanwhile (conftest.tune_beside).
+@pytest.mark.usefixtures("tune_beside")
 def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, adhoc) -> None:
     """A bad model path: the server dies at start and systemd restarts it; the wait ends on the first restart
     (sglang_server_crash_restarts 1 here: the default's 2 only add a failed start and a RestartSec, and the
@@ -541,6 +543,8 @@ def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, a
 
 
 @pytest.mark.breaks_nan_node
+# tune.yml's run on the other node goes on meanwhile (conftest.tune_beside).
+@pytest.mark.usefixtures("tune_beside")
 def test_stalled_start_times_out_with_the_journal(
     restore_victim, run_playbook, adhoc, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ from conftest import (
     ROOT,
     ROUTER_URL,
     SECRETS,
+    TUNE_NODE,
     Run,
     grep_world_readable,
     http_from,
@@ -139,26 +140,20 @@ def test_no_secret_in_the_journal_of_the_run_or_the_running_services(verbose_run
     assert hits == {}
 
 
-def test_no_secret_in_a_tune_run_or_its_report(run_playbook, tmp_path) -> None:
+@pytest.mark.beside_nan_node_faults
+def test_no_secret_in_a_tune_run_or_its_report(tune_beside) -> None:
     """playbooks/tune.yml at -vvv on gpu-node-2 with one candidate, the inventory's own settings (nothing to
     switch, one real benchmark against the node directly, with the server key): no key in its output, its
-    events, or any file of the report it writes (sglang's benchmark saves the server's /server_info)."""
-    reports = tmp_path / "reports"
-    run = run_playbook(
-        "playbooks/tune.yml",
-        extravars={
-            "tune_node": "gpu-node-2",
-            "sglang_tune_candidates": [{"name": "inventory", "settings": {}}],
-            "sglang_tune_report_root": str(reports),
-        },
-        verbosity=3,
-    )
+    events, or any file of the report it writes (sglang's benchmark saves the server's /server_info). The run
+    is conftest.tune_beside's, made while the crash loop and the stalled start break gpu-node-1."""
+    future, reports = tune_beside
+    run = future.result(timeout=1200)
     assert run.status == "successful", run.stats
     assert len(run.stdout) > 100_000, "the -vvv output is missing"
     assert leaks(run.stdout) == [] and leaks(json.dumps(run.events)) == []
     files = [f for f in reports.rglob("*") if f.is_file()]
     assert files, "tune wrote no report"
-    kept = run.custom_stats()["glm5_tune"]["gpu-node-2"]  # set_stats: what an AWX job keeps
+    kept = run.custom_stats()["glm5_tune"][TUNE_NODE]  # set_stats: what an AWX job keeps
     assert kept["best"] == "inventory" and str(reports) in kept["reports"], kept
     assert {f.name: leaks(f.read_text(errors="replace")) for f in files} == {f.name: [] for f in files}
 

@@ -163,15 +163,13 @@ def test_the_router_answers_and_routes_to_every_replica(converged, adhoc) -> Non
         assert f'smg_worker_health{{worker="{node_url(host)}"}} 1' in text
 
 
-def test_bench_writes_a_report_with_plots_from_the_real_benchmark(converged, run_playbook, tmp_path) -> None:
+def test_bench_writes_a_report_with_plots_from_the_real_benchmark(bench_beside) -> None:
     """playbooks/bench.yml: sglang's own serving benchmark through the router, a node's client, a report. Run
     at -vvv: no key in its output (the benchmark reads its key from a root-only file, not from a command
-    line's environment) nor in anything it keeps."""
-    run = run_playbook(
-        "playbooks/bench.yml",
-        extravars={"sglang_bench_report_root": str(tmp_path), "sglang_bench_concurrency": [1, 2]},
-        verbosity=3,
-    )
+    line's environment) nor in anything it keeps. The run is conftest.bench_beside's, made beside the bad
+    inputs' refusals on the converged fleet."""
+    future, tmp_path = bench_beside
+    run = future.result(timeout=1200)
     assert run.status == "successful", run.stats
     assert "OPENAI_API_KEY" in run.stdout  # the -vvv output shows the command that sets it
     assert leaks(run.stdout) == []
