@@ -10,6 +10,7 @@ molecule/rollback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -294,7 +295,9 @@ def playbook(
     meanwhile: Callable[[], None] | None = None,
 ) -> tuple[int, str]:
     """Run ansible-playbook (``argv``) to its end, or, with a ``banner``, call ``meanwhile`` and then send
-    ``sig`` to its process group at the first line that starts with the banner. A SIGINT is sent once more,
+    ``sig`` to its process group at the first line that starts with the banner. The run is held (SIGSTOP: its
+    PID alive, its fleet lock held, its tasks going no further) while ``meanwhile`` runs, so that the signal
+    lands where the banner says, not after what the run did meanwhile. A SIGINT is sent once more,
     as an operator would press Ctrl-C again, when the run has not said "User interrupted execution"
     AGAIN_AFTER_S seconds later. Returns the exit code and the whole output (after a signal, up to the end of
     the interrupted process)."""
@@ -340,8 +343,13 @@ def playbook(
                 stopping.set()
             if banner and not sent and line.startswith(banner):
                 if meanwhile:
+                    os.killpg(proc.pid, signal.SIGSTOP)
                     meanwhile()
                 os.killpg(proc.pid, sig)
+                if meanwhile:
+                    # A SIGKILL ended the held processes already; any other signal is delivered now.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGCONT)
                 sent = True
                 if sig == signal.SIGINT:
                     watchdogs.append(threading.Timer(AGAIN_AFTER_S, again))
@@ -383,6 +391,10 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
 
         rc, out = playbook(argv, banner, sig, meanwhile)
         assert rc != 0, where
+        if meanwhile:
+            # Held at its banner while the other rollout was refused: killed while the server started, before
+            # the inference check (unheld, it went on through the check to the router meanwhile).
+            assert INTERRUPTIONS[2][1] not in out, (where, out[-3000:])
         if where != INTERRUPTIONS[0][0]:
             assert "resume the switch an interrupted run began" in out, (where, out[-3000:])
         if killed_before is not None:
