@@ -385,17 +385,23 @@ def router_workers() -> dict[str, dict[str, Any]]:
 Beside = tuple[Future[Run], Path]
 
 
-def run_beside(
-    tmp_path_factory: pytest.TempPathFactory, name: str, playbook: str, extravars: Callable[[Path], dict]
-) -> Iterator[Beside]:
-    """The body of a session fixture: ``playbook`` at -vvv against the lab in a thread, with the extra vars
-    ``extravars(report root)``, started when a test first asks for the fixture; the test that judges it waits
-    for the future. Ends when the session does."""
-    reports = tmp_path_factory.mktemp(f"{name}-reports")
-    with ThreadPoolExecutor(1) as pool:
-        run_dir = tmp_path_factory.mktemp(f"{name}-run")
-        future = pool.submit(run_playbook_in, run_dir, playbook, extravars=extravars(reports), verbosity=3)
-        yield future, reports
+def beside_fixture(name: str, playbook: str, extravars: Callable[[Path], dict]) -> Any:
+    """A session fixture ``<name>_beside``: ``playbook`` at -vvv against the lab in a thread, with the extra
+    vars ``extravars(report root)``, started when a test first asks for the fixture. It gives the run's future
+    and the report root; the test that judges the run waits for the future. The thread ends with the
+    session."""
+
+    @pytest.fixture(scope="session", name=f"{name}_beside")
+    def beside(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Beside]:
+        reports = tmp_path_factory.mktemp(f"{name}-reports")
+        with ThreadPoolExecutor(1) as pool:
+            run_dir = tmp_path_factory.mktemp(f"{name}-run")
+            yield (
+                pool.submit(run_playbook_in, run_dir, playbook, extravars=extravars(reports), verbosity=3),
+                reports,
+            )
+
+    return beside
 
 
 # tune.yml at -vvv on the other node (TLS_NODE), for test_security's tune test: one candidate, the inventory's
@@ -404,37 +410,26 @@ def run_beside(
 # serve.yml (theirs) takes no fleet lock: so it runs beside them (usefixtures), instead of a minute and a half
 # on its own.
 TUNE_NODE = TLS_NODE
-
-
-@pytest.fixture(scope="session")
-def tune_beside(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Beside]:
-    """tune.yml's run on TUNE_NODE, and its report root."""
-    yield from run_beside(
-        tmp_path_factory,
-        "tune",
-        "playbooks/tune.yml",
-        lambda reports: {
-            "tune_node": TUNE_NODE,
-            "sglang_tune_candidates": [{"name": "inventory", "settings": {}}],
-            "sglang_tune_report_root": str(reports),
-        },
-    )
-
+tune_beside = beside_fixture(
+    "tune",
+    "playbooks/tune.yml",
+    lambda reports: {
+        "tune_node": TUNE_NODE,
+        "sglang_tune_candidates": [{"name": "inventory", "settings": {}}],
+        "sglang_tune_report_root": str(reports),
+    },
+)
 
 # playbooks/bench.yml at -vvv through the router, for test_site's bench test: two concurrency levels of
 # sglang's serving benchmark from a node's client. It changes nothing on the fleet, takes no fleet lock, and
 # waits on its requests far more than it computes; the bad inputs' site.yml runs (test_bad_inputs.py), which
 # change nothing either and are refused before the lock, keep the controller's CPU busy meanwhile. So it runs
 # beside them (node_refusals asks for it first).
-@pytest.fixture(scope="session")
-def bench_beside(tmp_path_factory: pytest.TempPathFactory, lab_up: None) -> Iterator[Beside]:
-    """bench.yml's run, and its report root."""
-    yield from run_beside(
-        tmp_path_factory,
-        "bench",
-        "playbooks/bench.yml",
-        lambda reports: {"sglang_bench_report_root": str(reports), "sglang_bench_concurrency": [1, 2]},
-    )
+bench_beside = beside_fixture(
+    "bench",
+    "playbooks/bench.yml",
+    lambda reports: {"sglang_bench_report_root": str(reports), "sglang_bench_concurrency": [1, 2]},
+)
 
 
 @pytest.fixture(scope="session")
