@@ -41,9 +41,12 @@ deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh,
 
 venv: $(VENV)/.installed ## Install the pinned control-node toolchain into .venv.
 
+# --no-compile: pip would byte-compile all 20,000 modules (the ansible bundle's collections are most of them),
+# 24 of the install's 45 CPU-s, on the path of both halves of make test; Python compiles the 700-odd that the
+# tools import at their first import instead, into the venv's own __pycache__ (docs/measurements.md).
 $(VENV)/.installed: requirements/control.txt requirements/control.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements/control.txt -c requirements/control.lock
+	$(BIN)/pip install -q --no-compile -r requirements/control.txt -c requirements/control.lock
 	touch $@
 
 collection: venv ## Build the installable collection glm5.deploy into build/collection/ (glm5-deploy-<version>.tar.gz).

@@ -481,6 +481,8 @@ NAN_NODE_LEFT_BROKEN = {"broken": False}
 # (which wants the fleet whole): one restart puts the node back for all of them instead of one each. A test
 # marked beside_nan_node_faults judges a run on the other node that the breaking tests start in the background
 # (tune_beside): it goes right after them, so that the run has had their minutes.
+# trylast: after -k and -m deselected, so that a session without the restoring test restores the node itself.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     breaking = [i for i in items if i.get_closest_marker("breaks_nan_node")]
     beside = [i for i in items if i.get_closest_marker("beside_nan_node_faults")]

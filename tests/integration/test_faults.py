@@ -244,7 +244,10 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
             "playbooks/rolling_update.yml", extravars=update, cmdline=f"--limit {ROLLED}", verbosity=3
         )
     finally:
-        lab(ROLLED, f"rm -f {FAULT_DROPIN} && systemctl daemon-reload")
+        # The unit stays stopped, as the failed restore left it: without the stop, systemd's pending automatic
+        # restart (Restart=on-failure) would start a server that nobody asked for once the fault is gone, and
+        # the next test's switch would stop it again (a whole start of CPU beside that test's runs).
+        lab(ROLLED, f"rm -f {FAULT_DROPIN} && systemctl daemon-reload && systemctl stop sglang")
     assert run.status == "failed", run.stats
     no_key_in(run.stdout, json.dumps(run.events))
     message = run.results("Stop the rollout", "runner_on_failed")[ROLLED]["msg"]
@@ -544,6 +547,9 @@ def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, a
         },
         cmdline=f"--limit {VICTIM}",
     )
+    # The verdict is in; systemd would go on restarting the bad launch (an import of the whole server every
+    # RestartSec) while the next test's serve.yml checks its flags, until that run replaces the unit.
+    lab(VICTIM, "systemctl stop sglang", check=False)
     assert run.status == "failed"
     message = failure(run, VICTIM)
     assert "did not become healthy: a crash loop" in message, message[:3000]
