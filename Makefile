@@ -33,7 +33,7 @@ deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh,
 	@# Installed means dpkg's "install ok installed": `dpkg -s` also succeeds for a package removed but not purged
 	@# (its configuration files left, status "deinstall ok config-files"), whose commands are gone.
 	@missing=$$(for p in $(APT_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -qx 'install ok installed' || echo $$p; done); \
+	  [ "$$(dpkg-query -W -f='$${Status}' $$p 2>/dev/null)" = "install ok installed" ] || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "apt: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

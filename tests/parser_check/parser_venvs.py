@@ -40,9 +40,10 @@ EXTRACT = Path(__file__).resolve().parent / "extract_cli.py"
 # torch 2.14.1 + torchvision 0.29.1 + triton 3.8.0 is the pair that imports cleanly on a CPU-only machine:
 # sglang <= 0.5.9 imports torchvision while building its parser, and the CPU torch 2.13.0 has no matching
 # torchvision on PyPI (0.28.0 is a CUDA build: "operator torchvision::nms does not exist"). See docs/lanes.md.
-# The parser check imports sglang's argument parser and what it needs, a few hundred of the venvs' modules:
-# Python compiles those at their first import; pip would compile all of torch's as well.
-NO_COMPILE = ["--no-compile"]
+# pip's install, for every venv here. --no-compile: the parser check imports sglang's argument parser and
+# what it needs, a few hundred of the venvs' modules, which Python compiles at their first import; pip would
+# compile all of torch's as well.
+INSTALL = ["install", "-q", "--no-compile"]
 BASE_PACKAGES = [
     "torch==2.14.1",
     "torchvision==0.29.1",
@@ -128,7 +129,7 @@ def ensure_base() -> tuple[Path, str]:
         shutil.rmtree(base, ignore_errors=True)
         started = time.monotonic()
         _run([str(_base_python()), "-m", "venv", str(base)])
-        _run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", *NO_COMPILE, *BASE_PACKAGES])
+        _run([str(base / "bin" / "python"), "-m", "pip", *INSTALL, *BASE_PACKAGES])
         (base / ".complete").write_text(stamp + "\n")
         print(f"parser base venv built in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return base / "bin" / "python", stamp
@@ -161,9 +162,9 @@ def ensure_version(version: str, extra_packages: list[str] | None = None) -> Pat
             _run([str(_base_python()), "-m", "venv", "--without-pip", str(venv)])
             python = venv / "bin" / "python"
             Path(_purelib(python), "_glm5_parser_base.pth").write_text(_purelib(base_python) + "\n")
-            _run([*pip, "--python", str(python), "install", "-q", *NO_COMPILE, "--no-deps", str(wheel)])
+            _run([*pip, "--python", str(python), *INSTALL, "--no-deps", str(wheel)])
             if extra_packages:
-                _run([*pip, "--python", str(python), "install", "-q", *NO_COMPILE, *extra_packages])
+                _run([*pip, "--python", str(python), *INSTALL, *extra_packages])
             (venv / ".complete").write_text(stamp + "\n")
             print(f"parser venv {version} built in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return venv / "bin" / "python"
