@@ -167,6 +167,7 @@ def sglang_release_plan(
     extra_constraints: list[str] | None = None,
     wheelhouse: str | None = None,
     torch_index: str | None = None,
+    import_modules: list[str] | None = None,
 ) -> dict[str, Any]:
     """The release that lane's pins, these package lists and this interpreter make (see sglang_release.py)."""
     return plan_release(
@@ -180,6 +181,7 @@ def sglang_release_plan(
         extra_constraints=list(extra_constraints or []),
         wheelhouse=wheelhouse or None,
         torch_index=torch_index or None,
+        import_modules=list(import_modules or []),
     )
 
 

@@ -8,6 +8,10 @@ A release is one venv per pinned sglang lane and package set, kept under ``<root
   as the public index would.
 - ``constraints.txt`` holds the lane's pins (python_plugins/data/lanes.yml), except the lane's overrides,
   which are installed afterwards with ``--no-deps`` so that pip cannot pull them back to the wheel's pin.
+- pip installs without byte-compiling (``--no-compile``): compiling all of a release's ~24,000 modules was
+  two thirds of its install's CPU, and a server start imports about 7,000 of them. The release is verified
+  instead by importing the modules of the server's processes (``import_argv``) as the build's user, which
+  writes exactly their byte-code into the release; the service itself cannot write there.
 - pip runs in one of two modes: online (``--extra-index-url`` PyTorch's index for the lane's CUDA, so torch
   arrives as the cuXYZ build) or offline (``--no-index --find-links <wheelhouse>``, with ``--trusted-host``
   for a plain-HTTP wheelhouse, as an air-gapped site installs).
@@ -41,6 +45,16 @@ HASH_LENGTH = 12
 BOOTSTRAP = ("pip", "setuptools", "wheel", "packaging")
 NO_DEPS_MARK = "# no-deps"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# What import_argv runs with the release's interpreter: import each module named on its command line, then
+# print the version line `sglang version` prints (the lane check reads it, the .verified marker keeps it).
+IMPORT_SCRIPT = (
+    "import importlib, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    importlib.import_module(name)\n"
+    "import sglang\n"
+    "print(f'sglang version: {sglang.__version__}')\n"
+)
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 _REQ_RE = re.compile(
     r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
@@ -382,12 +396,14 @@ def plan_release(
     extra_constraints: Sequence[str] = (),
     wheelhouse: str | None = None,
     torch_index: str | None = None,
+    import_modules: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything the role needs to build, verify and name one release.
 
     Raises SglangReleaseError for inconsistent inputs (sglang pin not the lane's, a package in both lists,
-    unreadable requirements). Host problems (the interpreter's version, a lane that is not deployable) come
-    back in ``problems``, so the role can fail with them in an assert.
+    unreadable requirements, a module name that is not a dotted Python name). Host problems (the
+    interpreter's version, a lane that is not deployable) come back in ``problems``, so the role can fail
+    with them in an assert.
     """
     version = str(lane.get("sglang_version") or "")
     if not version:
@@ -413,8 +429,16 @@ def plan_release(
     constraints_path = f"{directory}/constraints.txt"
     source = pip_source_args(wheelhouse, torch_index)
     offline = bool((wheelhouse or "").strip())
+    modules = [str(m).strip() for m in import_modules]
+    for module in modules:
+        if not _MODULE_RE.match(module):
+            raise SglangReleaseError(
+                f"sglang_runtime_import_modules: {module!r} is not a dotted Python module name"
+            )
     common = [*source, "--no-cache-dir", "--constraint", constraints_path]
+    # The bootstrap keeps pip's byte-code: this venv's pip runs three more times (install, --no-deps, check).
     bootstrap_argv = [f"{venv}/bin/python", "-m", "pip", "install", *common]
+    install = [*common, "--no-compile"]
     bootstrap = [p for p in packages if requirement_name(p) in BOOTSTRAP]
     if "packaging" not in {requirement_name(p) for p in [*packages, *no_deps]}:
         bootstrap.append("packaging")
@@ -440,8 +464,9 @@ def plan_release(
         "bootstrap": bootstrap,
         "packages": [p for p in packages if p not in bootstrap],
         "no_deps_packages": no_deps,
-        "pip_args": shlex.join(common),
-        "pip_args_no_deps": shlex.join([*common, "--no-deps"]),
+        "pip_args": shlex.join(install),
+        "pip_args_no_deps": shlex.join([*install, "--no-deps"]),
+        "import_argv": [f"{venv}/bin/python", "-c", IMPORT_SCRIPT, *modules],
         "bootstrap_argv": [*bootstrap_argv, *bootstrap],
         "pip_environment": pip_environment(offline),
         "offline": offline,

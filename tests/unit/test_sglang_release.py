@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -325,7 +327,7 @@ def test_offline_plan_pip_arguments() -> None:
     plan = _plan(wheelhouse=WHEELHOUSE)
     args = shlex.split(plan["pip_args"])
     assert args[:5] == ["--no-index", "--find-links", WHEELHOUSE, "--trusted-host", "lab-gateway"]
-    assert args[-2:] == ["--constraint", f"{plan['dir']}/constraints.txt"]
+    assert args[-3:] == ["--constraint", f"{plan['dir']}/constraints.txt", "--no-compile"]
     assert "--no-cache-dir" in args
     assert shlex.split(plan["pip_args_no_deps"]) == [*args, "--no-deps"]
     assert plan["offline"] is True
@@ -478,3 +480,56 @@ def test_pip_source_environment_mirrors_the_source_arguments() -> None:
     }
     assert pip_source_environment("/srv/wheels") == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/srv/wheels"}
     assert pip_source_environment("") == {}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Verification by import (pip installs with --no-compile)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_the_packages_install_without_byte_code_and_the_bootstrap_with_it() -> None:
+    plan = _plan(wheelhouse=WHEELHOUSE)
+    assert "--no-compile" in shlex.split(plan["pip_args"])
+    assert "--no-compile" in shlex.split(plan["pip_args_no_deps"])
+    assert "--no-compile" not in plan["bootstrap_argv"]
+
+
+def test_import_argv_runs_the_releases_python_with_the_modules_in_order() -> None:
+    modules = ["sglang.launch_server", "sglang.srt.models.registry"]
+    plan = _plan(import_modules=modules)
+    assert plan["import_argv"][:2] == [f"{plan['venv']}/bin/python", "-c"]
+    assert plan["import_argv"][3:] == modules
+    assert _plan()["import_argv"][3:] == []
+
+
+@pytest.mark.parametrize("module", ["", "sglang..x", "sglang.x-y", "-c", "os;import x", "1sglang", "a b"])
+def test_a_module_that_is_not_a_dotted_name_is_refused(module: str) -> None:
+    with pytest.raises(SglangReleaseError, match="sglang_runtime_import_modules"):
+        _plan(import_modules=["sglang.launch_server", module])
+
+
+def _run_import_script(tmp_path: Path, modules: list[str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONPATH=str(tmp_path), PYTHONDONTWRITEBYTECODE="", PYTHONPYCACHEPREFIX="")
+    argv = _plan(import_modules=modules)["import_argv"]
+    return subprocess.run(
+        [sys.executable, *argv[1:]], env=env, capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+
+
+def test_the_import_script_writes_the_byte_code_of_what_it_imports(tmp_path: Path) -> None:
+    package = tmp_path / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '0.5.23'\n", encoding="utf-8")
+    (package / "srt" / "__init__.py").write_text("", encoding="utf-8")
+    (package / "srt" / "server.py").write_text("import sglang.srt.helper\n", encoding="utf-8")
+    (package / "srt" / "helper.py").write_text("", encoding="utf-8")
+    (package / "srt" / "unused.py").write_text("", encoding="utf-8")
+    done = _run_import_script(tmp_path, ["sglang.srt.server"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["sglang version: 0.5.23"]
+    cached = sorted(p.name.split(".")[0] for p in tmp_path.rglob("*.pyc"))
+    assert cached == ["__init__", "__init__", "helper", "server"]
+    broken = _run_import_script(tmp_path, ["sglang.srt.server", "sglang.srt.missing"])
+    assert broken.returncode != 0
+    assert "No module named 'sglang.srt.missing'" in broken.stderr
