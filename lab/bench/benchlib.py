@@ -225,8 +225,17 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(figures: Mapping[str, Mapping[str, Any]], plots: Sequence[str]) -> str:
-    """docs/benchmarks.md: the figures' table, the machines they ran on, and the plots."""
+HISTORY = "history.md"
+
+
+def read_history(records: Path) -> str:
+    """The hand-written before-and-after beside the records (docs/benchmarks/history.md), or ""."""
+    path = records / HISTORY
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+
+
+def render_markdown(figures: Mapping[str, Mapping[str, Any]], plots: Sequence[str], history: str = "") -> str:
+    """docs/benchmarks.md: the figures' table, their machines, where the time went, and the plots."""
     lines = [
         "# Benchmarks",
         "",
@@ -255,6 +264,9 @@ def render_markdown(figures: Mapping[str, Mapping[str, Any]], plots: Sequence[st
     if notes:
         lines += ["", "## Notes", ""]
         lines += [f"- **{key}**: {note}" for key, note in notes]
+    if history:
+        lines += ["", "## Where the time went", "", f"From `docs/benchmarks/{HISTORY}`, written by hand.", ""]
+        lines += history.splitlines()
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{Path(p).stem}](benchmarks/{Path(p).name})" for p in plots]

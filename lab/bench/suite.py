@@ -251,7 +251,8 @@ def main() -> int:
             say(f"{figure}: recorded in docs/benchmarks/{figure}.json")
     figures = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(RECORDS.glob("P*.json"))}
     drawn = plots(figures)
-    (DOCS / "benchmarks.md").write_text(benchlib.render_markdown(figures, drawn), encoding="utf-8")
+    page = benchlib.render_markdown(figures, drawn, benchlib.read_history(RECORDS))
+    (DOCS / "benchmarks.md").write_text(page, encoding="utf-8")
     say(f"wrote docs/benchmarks.md ({len(figures)} figures, {len(drawn)} plots)")
     return 0
 

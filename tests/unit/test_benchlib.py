@@ -89,6 +89,10 @@ def test_rows_give_ratios_and_show_a_changed_no_op() -> None:
     text = benchlib.render_markdown(figures, ["docs/benchmarks/p1-noop.png"])
     assert "| P1 no-op re-run of site.yml |" in text and "![p1-noop](benchmarks/p1-noop.png)" in text
     assert "commit abc" in text
+    assert "## Where the time went" not in text
+    text = benchlib.render_markdown(figures, [], "| before | now |\n| --- | --- |")
+    assert "## Where the time went\n\nFrom `docs/benchmarks/history.md`" in text
+    assert text.endswith("| before | now |\n| --- | --- |\n")
 
 
 def test_the_guard_row_gives_detection_against_the_interval() -> None:
@@ -120,5 +124,5 @@ def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
     assert figures and set(figures) <= {"P1", "P2", "P3", "P4", "P5", "P6"}, "run make bench"
     plots = sorted(str(p) for p in RECORDS.glob("*.png"))
     assert plots, "make bench draws plots beside the records"
-    expected = benchlib.render_markdown(figures, plots)
+    expected = benchlib.render_markdown(figures, plots, benchlib.read_history(RECORDS))
     assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == expected

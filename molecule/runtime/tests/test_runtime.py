@@ -49,6 +49,28 @@ def test_release_has_a_verified_venv(host, releases, which: str) -> None:
     assert manifest["name"] == release.rsplit("/", 1)[-1]
 
 
+# Modules a server start loads, sglang's and a dependency's (sglang_runtime_import_modules imports them).
+SERVER_MODULES = [
+    "sglang/srt/managers/scheduler",
+    "sglang/srt/entrypoints/http_server",
+    "torch/nn/modules/linear",
+]
+
+
+def test_the_release_holds_the_byte_code_of_the_servers_modules_and_not_the_rest(host, releases) -> None:
+    """pip installed --no-compile; verification imported the server's modules as root: their byte-code only.
+
+    Release B was never run by a server or by these tests: what it holds is what its build wrote.
+    """
+    site = host.check_output(f"ls -d {releases['b']}/venv/lib/python3*/site-packages").strip()
+    tag = site.split("/lib/python", 1)[1].split("/", 1)[0].replace(".", "")  # 3.11 -> 311
+    for module in SERVER_MODULES:
+        directory, name = module.rsplit("/", 1)
+        assert host.file(f"{site}/{directory}/__pycache__/{name}.cpython-{tag}.pyc").is_file, module
+    # sglang's own test helpers: nothing imports them, and pip compiled nothing.
+    assert host.check_output(f"find {site}/sglang/test -name '*.pyc' | wc -l").strip() == "0"
+
+
 def test_constraints_are_the_lane_pins(host, releases) -> None:
     assert _constraints(host, releases["a"]) == LANE_PINS
     assert _constraints(host, releases["b"]) == [*LANE_PINS, "urllib3==2.8.0"]
