@@ -12,6 +12,11 @@ export CONTAINERS_CONF := $(CURDIR)/lab/podman/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR ?= 0
+# The recipes' Python writes byte-code (into .venv, the cache's venvs and the project's ignored __pycache__)
+# even where the environment says not to, as container images often do (PYTHONDONTWRITEBYTECODE=1): else every
+# ansible-playbook, molecule, pytest and ansible-lint start compiles all it imports again (make lint: 68.5
+# CPU-s against 45, docs/measurements.md). Python reads an empty value as unset.
+export PYTHONDONTWRITEBYTECODE :=
 
 APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl
 PLAYBOOK := $(BIN)/ansible-playbook
@@ -46,7 +51,7 @@ venv: $(VENV)/.installed ## Install the pinned control-node toolchain into .venv
 
 # --no-compile: pip would byte-compile all 20,000 modules (the ansible bundle's collections are most of them),
 # 24 of the install's 45 CPU-s, on the path of both halves of make test; Python compiles the 700-odd that the
-# tools import at their first import instead, into the venv's own __pycache__ (docs/measurements.md).
+# tools import at their first import instead, into the venv's own __pycache__ (see PYTHONDONTWRITEBYTECODE).
 $(VENV)/.installed: requirements/control.txt requirements/control.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --no-compile -r requirements/control.txt -c requirements/control.lock
