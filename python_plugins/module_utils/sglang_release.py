@@ -47,12 +47,13 @@ NO_DEPS_MARK = "# no-deps"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # What import_argv runs with the release's interpreter: import each module named on its command line, then
 # print the version line `sglang version` prints (the lane check reads it, the .verified marker keeps it).
+VERSION_LINE = "sglang version: "
 IMPORT_SCRIPT = (
     "import importlib, sys\n"
     "for name in sys.argv[1:]:\n"
     "    importlib.import_module(name)\n"
     "import sglang\n"
-    "print(f'sglang version: {sglang.__version__}')\n"
+    f"print({VERSION_LINE!r} + sglang.__version__)\n"
 )
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -467,6 +468,7 @@ def plan_release(
         "pip_args": shlex.join(install),
         "pip_args_no_deps": shlex.join([*install, "--no-deps"]),
         "import_argv": [f"{venv}/bin/python", "-c", IMPORT_SCRIPT, *modules],
+        "version_line": f"{VERSION_LINE}{version}",
         "bootstrap_argv": [*bootstrap_argv, *bootstrap],
         "pip_environment": pip_environment(offline),
         "offline": offline,

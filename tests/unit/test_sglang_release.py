@@ -500,6 +500,7 @@ def test_import_argv_runs_the_releases_python_with_the_modules_in_order() -> Non
     assert plan["import_argv"][:2] == [f"{plan['venv']}/bin/python", "-c"]
     assert plan["import_argv"][3:] == modules
     assert _plan()["import_argv"][3:] == []
+    assert plan["version_line"] == f"sglang version: {plan['version']}"
 
 
 @pytest.mark.parametrize("module", ["", "sglang..x", "sglang.x-y", "-c", "os;import x", "1sglang", "a b"])
