@@ -104,8 +104,9 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks-beside
 
 # The lab fleet's suite is the longest: it starts at once (the lab's artifacts, then lab-up), and the checks run
-# beside it, one after the other: lint, unit and parser need no artifact, so on a fresh machine they run while
-# the artifacts build; refusals and the scenarios with their own containers wait for them (lab-artifacts). The
+# beside it, one after the other: lint and unit need no artifact, so on a fresh machine they run while the
+# artifacts build; parser needs one, the engine's venv, which the lab builds early; refusals and the scenarios
+# with their own containers wait for all of them (lab-artifacts). The
 # machine's cores are what both halves share, so the checks run in the background of the CPU (lab/bin/background:
 # nice 10 in a low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's
 # waits instead of slowing the half that decides how long make test takes.
@@ -140,6 +141,8 @@ lint-collection: collection-install
 unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q
 
+# Each lane's sglang in a small venv over the lab engine's (torch's 6 GB once): lab/bin/build-engine-venv builds
+# that when missing, under a lock, so a parser check beside the lab's artifacts waits for the same build.
 parser: venv ## pytest: rendered flags against each lane's real sglang parser (venvs cached in ~/.cache).
 	$(BIN)/python -m pytest tests/parser -q
 

@@ -1,6 +1,7 @@
 """Fixtures for the real-parser check: cached per-version sglang venvs (tests/parser_check/parser_venvs.py).
 
-The first run builds them (about 3 minutes and 6 GB, mostly the shared torch base); later runs reuse them.
+The first run builds them (a minute or two, 600 MB over the lab engine's venv, which it builds when missing);
+later runs reuse them.
 """
 
 from __future__ import annotations

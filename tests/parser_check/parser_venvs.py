@@ -2,8 +2,9 @@
 
 Layout under $GLM5_CACHE (~/.cache/glm5-deploy)/parser-venvs/ (GLM5_PARSER_VENV_CACHE overrides it):
 
-- ``_base/``: one venv with torch and the light packages sglang imports while it builds its parser. It is
-  shared: every version venv sees it through a .pth file, so torch is installed once.
+- the base: the lab engine's venv (lab/bin/build-engine-venv, ``$GLM5_CACHE/engine-venv-<hash>/``), which
+  holds torch and the light packages sglang imports while it builds its parser. Every version venv sees it
+  through a .pth file, so torch is installed once, for the lab and the parser check alike.
 - ``_wheels/``: sglang wheels from ``pip download --no-deps``.
 - ``<version>/``: a venv (no pip of its own) holding ``sglang==<version> --no-deps`` plus the lane's
   ``parser_check_packages`` (lanes.yml), which shadow the base where they differ.
@@ -37,37 +38,16 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "python_plugins" / "data"
 EXTRACT = Path(__file__).resolve().parent / "extract_cli.py"
 
-# torch 2.14.1 + torchvision 0.29.1 + triton 3.8.0 is the pair that imports cleanly on a CPU-only machine:
-# sglang <= 0.5.9 imports torchvision while building its parser, and the CPU torch 2.13.0 has no matching
-# torchvision on PyPI (0.28.0 is a CUDA build: "operator torchvision::nms does not exist"). See docs/lanes.md.
 # pip's install, for every venv here. --no-compile: the parser check imports sglang's argument parser and
-# what it needs, a few hundred of the venvs' modules, which Python compiles at their first import; pip would
-# compile all of torch's as well.
+# what it needs, a few hundred of the venvs' modules, which Python compiles at their first import.
 INSTALL = ["install", "-q", "--no-compile"]
-BASE_PACKAGES = [
-    "torch==2.14.1",
-    "torchvision==0.29.1",
-    "triton==3.8.0",
-    "numpy",
-    "msgspec",
-    "psutil",
-    "orjson",
-    "pybase64",
-    "requests",
-    "packaging",
-    "pillow",
-    "starlette",
-    "pydantic",
-    "pyzmq",
-    "tqdm",
-    "ipython",
-    "aiohttp",
-    # Imported by sglang 0.5.8.post1 / 0.5.9 while building the parser (found by trying):
-    "safetensors",
-    "partial_json_parser",
-    "dill",
-    "sentencepiece",
-]
+# The base every version venv sees. The lab engine's venv pins torch 2.14.1 + torchvision 0.29.1 +
+# triton 3.8.0, the set that imports cleanly on a CPU-only machine: sglang <= 0.5.9 imports torchvision while
+# building its parser, and the CPU torch 2.13.0 has no matching torchvision on PyPI (0.28.0 is a CUDA build:
+# "operator torchvision::nms does not exist"; docs/lanes.md). It also holds what sglang 0.5.8.post1 / 0.5.9
+# import while building the parser (safetensors, partial_json_parser, dill, sentencepiece: found by trying).
+# A base of its own was the same torch again: 5.6 GB, and minutes of a fresh machine's make test.
+ENGINE_VENV = ROOT / "lab" / "bin" / "build-engine-venv"
 
 
 def cache_dir() -> Path:
@@ -122,17 +102,12 @@ def _base_python() -> Path:
 
 
 def ensure_base() -> tuple[Path, str]:
-    """The shared base venv (built if missing or stale); returns (its python, its stamp)."""
-    base = cache_dir() / "_base"
-    stamp = _stamp({"packages": BASE_PACKAGES, "python": sys.version_info[:2]})
-    if not _fresh(base, stamp):
-        shutil.rmtree(base, ignore_errors=True)
-        started = time.monotonic()
-        _run([str(_base_python()), "-m", "venv", str(base)])
-        _run([str(base / "bin" / "python"), "-m", "pip", *INSTALL, *BASE_PACKAGES])
-        (base / ".complete").write_text(stamp + "\n")
-        print(f"parser base venv built in {time.monotonic() - started:.0f}s", file=sys.stderr)
-    return base / "bin" / "python", stamp
+    """The base venv, the lab engine's (built if missing, from the lab's wheelhouse); returns (its python, its
+    stamp: its directory's name, which carries the hash of its pins)."""
+    base = Path(
+        subprocess.run([str(ENGINE_VENV)], check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    )
+    return base / "bin" / "python", base.name
 
 
 def ensure_version(version: str, extra_packages: list[str] | None = None) -> Path:
@@ -162,7 +137,9 @@ def ensure_version(version: str, extra_packages: list[str] | None = None) -> Pat
             _run([str(_base_python()), "-m", "venv", "--without-pip", str(venv)])
             python = venv / "bin" / "python"
             Path(_purelib(python), "_glm5_parser_base.pth").write_text(_purelib(base_python) + "\n")
-            _run([*pip, "--python", str(python), *INSTALL, "--no-deps", str(wheel)])
+            # --ignore-installed: the base's own sglang (the lab engine's 0.5.23) would otherwise count as
+            # installed, and the venv would hold no sglang of its own.
+            _run([*pip, "--python", str(python), *INSTALL, "--no-deps", "--ignore-installed", str(wheel)])
             if extra_packages:
                 _run([*pip, "--python", str(python), *INSTALL, *extra_packages])
             (venv / ".complete").write_text(stamp + "\n")
