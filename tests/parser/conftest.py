@@ -1,6 +1,6 @@
 """Fixtures for the real-parser check: cached per-version sglang venvs (tests/parser_check/parser_venvs.py).
 
-The first run builds them (a minute or two, 600 MB over the lab engine's venv, which it builds when missing);
+The first run builds them (about a minute, 400 MB over the lab engine's venv, which it builds when missing);
 later runs reuse them.
 """
 
