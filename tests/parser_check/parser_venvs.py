@@ -107,6 +107,8 @@ def ensure_base() -> tuple[Path, str]:
     base = Path(
         subprocess.run([str(ENGINE_VENV)], check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
     )
+    # The base of its own that the check built until 2026-12-04: 5.6 GB that nothing reads any more.
+    shutil.rmtree(cache_dir() / "_base", ignore_errors=True)
     return base / "bin" / "python", base.name
 
 
