@@ -450,6 +450,7 @@ def test_a_repository_with_a_trailing_line_break_is_not_org_name() -> None:
     [
         ("sglang_server_health_timeout", 0, "must be positive"),
         ("model_checkpoint_poll_interval", "-5", "must be positive"),
+        ("sglang_runtime_poll_interval", 0, "must be positive"),
         ("sglang_guard_fail_after", 0, "must be positive"),
         ("sglang_router_health_failure_threshold", 0, "must be positive"),
         ("sglang_validate_retries", -1, "must be 0 or more"),
