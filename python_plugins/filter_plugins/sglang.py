@@ -109,8 +109,10 @@ def sglang_profile(
     lane: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     environment_overrides: Mapping[str, Any] | None = None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
-    """The resolved launch profile for arch on lane (None/'' = the arch's default lane)."""
+    """The resolved launch profile for arch on lane (None/'' = the arch's default lane), in one of the lane's
+    layouts (None/'' = the profile's own)."""
     for var, value in (("sglang_settings", overrides), ("sglang_environment", environment_overrides)):
         if value is not None and not isinstance(value, Mapping):
             raise SglangFlagError(f"{var} must be a mapping, got a {type(value).__name__}: {value!r}")
@@ -121,6 +123,7 @@ def sglang_profile(
         overrides or {},
         environment_overrides=environment_overrides or {},
         lanes=load_lanes(),
+        layout=str(layout) if layout else None,
     )
 
 

@@ -438,12 +438,21 @@ def evidence_of(variant: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not evidence.get("source"):
         raise SglangFlagError(f"{where}.evidence.source must say where the level comes from")
     run = evidence.get("run")
-    if run is not None:
+    more_runs = evidence.get("more_runs") or []
+    if not isinstance(more_runs, list):
+        raise SglangFlagError(f"{where}.evidence.more_runs must be a list of runs")
+    for label, item in [("run", run), *((f"more_runs[{i}]", r) for i, r in enumerate(more_runs))]:
+        if item is None:
+            continue
         missing = [
-            f for f in ("by", "date", "source", *_RUN_FIELDS) if not (isinstance(run, Mapping) and run.get(f))
+            f
+            for f in ("by", "date", "source", *_RUN_FIELDS)
+            if not (isinstance(item, Mapping) and item.get(f))
         ]
         if missing:
-            raise SglangFlagError(f"{where}.evidence.run lacks {', '.join(missing)} (write 'not recorded')")
+            raise SglangFlagError(
+                f"{where}.evidence.{label} lacks {', '.join(missing)} (write 'not recorded')"
+            )
     differs = [str(d) for d in evidence.get("differs") or []]
     if level in ("nearby-run", "public-report") and (run is None or not differs):
         raise SglangFlagError(f"{where}.evidence: a {level} names its run and how the lane's stack differs")
@@ -453,8 +462,12 @@ def evidence_of(variant: Mapping[str, Any], where: str) -> dict[str, Any]:
         "source": str(evidence["source"]),
         "differs": differs,
     }
+    if evidence.get("serves"):
+        out["serves"] = " ".join(str(evidence["serves"]).split())
     if run is not None:
         out["run"] = {str(k): str(v) for k, v in run.items()}
+    if more_runs:
+        out["more_runs"] = [{str(k): str(v) for k, v in item.items()} for item in more_runs]
     return out
 
 
@@ -463,12 +476,25 @@ def evidence_line(launch: Mapping[str, Any]) -> str:
     starts with WARNING when the level is below seed-run."""
     evidence = launch.get("evidence") or {"level": "untested", "rank": 0, "differs": []}
     level = evidence["level"]
-    where = f"{launch.get('arch')}/{launch.get('lane')} (sglang {launch.get('sglang_version', '?')})"
+    layout = f" layout {launch['layout']}" if launch.get("layout") else ""
+    where = f"{launch.get('arch')}/{launch.get('lane')}{layout} (sglang {launch.get('sglang_version', '?')})"
     line = f"{where}: evidence {level}: {EVIDENCE_MEANING[level]}"
     run = evidence.get("run")
+    if evidence.get("serves"):
+        line += f". It serves {evidence['serves']}"
     if run:
         line += (
             f". The run: {run['by']}, {run['date']}, sglang {run['sglang']}, checkpoint {run['checkpoint']}"
+        )
+    if evidence.get("more_runs"):
+        count = len(evidence["more_runs"])
+        line += (
+            f" (and {count} more public run{'s' if count > 1 else ''}: "
+            + "; ".join(
+                f"{item['by']}, {item['date']}, checkpoint {item['checkpoint']}"
+                for item in evidence["more_runs"]
+            )
+            + ")"
         )
     if evidence.get("differs"):
         line += ". This lane differs: " + "; ".join(evidence["differs"])
@@ -485,11 +511,14 @@ def resolve_profile(
     *,
     environment_overrides: Mapping[str, Any] | None = None,
     lanes: Mapping[str, Any] | None = None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
     """The launch profile for arch on lane (None = the profile's default lane).
 
-    Returns {arch, lane, sglang_version (when lanes are given), evidence (evidence_of), settings,
-    environment, sources}. overrides (inventory) replace any setting; an override of None removes it.
+    Returns {arch, lane, layout, sglang_version (when lanes are given), evidence (evidence_of), settings,
+    environment, sources}. ``layout`` names one of the lane variant's ``layouts`` (None = the profile's own),
+    whose settings go over the lane's. overrides (inventory) replace any setting; an override of None removes
+    it.
     """
     if arch not in profiles:
         raise SglangFlagError(
@@ -507,11 +536,26 @@ def resolve_profile(
     variant = variants[lane_name]
     common = profile.get("common") or {}
 
+    layouts = variant.get("layouts") or {}
+    if layout and layout not in layouts:
+        raise SglangFlagError(
+            f"sglang_layout {layout!r} is not a layout of {arch}/{lane_name} (has: "
+            f"{', '.join(sorted(layouts)) or 'none'}); leave it empty for the profile's own layout"
+        )
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        (f"{arch}.common", common),
+        (f"{arch}.lanes.{lane_name}", variant),
+    ]
+    if layout:
+        if not (layouts[layout] or {}).get("source"):
+            raise SglangFlagError(f"{arch}.lanes.{lane_name}.layouts.{layout} needs a 'source'")
+        layers.append((f"{arch}.lanes.{lane_name}.layouts.{layout}", layouts[layout]))
+
     settings: dict[str, Any] = {}
     environment: dict[str, str] = {}
     sources: dict[str, str] = {}
     for block_name, target in (("settings", settings), ("environment", environment)):
-        for layer_name, layer in ((f"{arch}.common", common), (f"{arch}.lanes.{lane_name}", variant)):
+        for layer_name, layer in layers:
             for name, (value, source) in _entries(
                 layer.get(block_name), f"{layer_name}.{block_name}"
             ).items():
@@ -541,6 +585,8 @@ def resolve_profile(
     result: dict[str, Any] = {
         "arch": arch,
         "lane": lane_name,
+        "layout": layout or "",
+        "layouts": sorted(layouts),
         "evidence": evidence_of(variant, f"{arch}.lanes.{lane_name}"),
         "settings": dict(sorted(settings.items())),
         "environment": dict(sorted(environment.items())),

@@ -167,7 +167,7 @@ CASES = [
         {
             "sglang_profile": "sm120",
             "sglang_lane": "seed",
-            "sglang_settings": {"dsa_decode_backend": "flashmla_kv"},
+            "sglang_settings": {"dsa_prefill_backend": "flashmla_auto", "dsa_decode_backend": "flashmla_kv"},
         },
         on_nodes=True,
     ),

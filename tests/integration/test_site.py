@@ -138,7 +138,7 @@ def test_known_bad_override_is_refused_before_any_change(converged, run_playbook
         extravars={
             "sglang_profile": "sm120",
             "sglang_lane": "seed",
-            "sglang_settings": {"dsa_decode_backend": "flashmla_kv"},
+            "sglang_settings": {"dsa_prefill_backend": "flashmla_auto", "dsa_decode_backend": "flashmla_kv"},
         },
     )
     assert refused.status == "failed"

@@ -163,8 +163,46 @@ def test_current_lane_sm120_uses_dsa_and_cuda_graph_backends() -> None:
     assert decode_bs <= 256
 
 
-def test_sm120_default_lane_is_seed() -> None:
-    assert resolve_profile(load_profiles(), "sm120", None, lanes=load_lanes())["lane"] == "seed"
+def test_sm120_default_lane_is_current() -> None:
+    """Issue 39 item 3 (docs/lanes.md 'The SM120 default lane'): the current lane is the default; the seed
+    lane stays deployable by name."""
+    profiles = load_profiles()
+    assert resolve_profile(profiles, "sm120", None, lanes=load_lanes())["lane"] == "current"
+    assert "docs/lanes.md" in profiles["sm120"]["default_lane_source"]
+
+
+def test_the_seed_lane_turns_deepgemm_jit_off_and_the_current_lane_does_not() -> None:
+    """Issue 39 item 5: SGLANG_ENABLE_JIT_DEEPGEMM=0 on the seed lane only (0.5.23's SM120 indexer uses
+    DeepGEMM)."""
+    profiles = load_profiles()
+    seed = resolve_profile(profiles, "sm120", "seed")
+    assert seed["environment"]["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
+    assert "Error 1" in seed["sources"]["environment.SGLANG_ENABLE_JIT_DEEPGEMM"]
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM" not in resolve_profile(profiles, "sm120", "current")["environment"]
+
+
+def test_the_tp4pp2_layout_renders_pr_26928s_layout_on_the_current_lane() -> None:
+    """Issue 39 item 2: PR #26928's TP4 PP2 is a layout option beside the profile's TP8."""
+    profiles, lanes = load_profiles(), load_lanes()
+    launch = resolve_profile(profiles, "sm120", "current", lanes=lanes, layout="tp4pp2")
+    assert launch["layout"] == "tp4pp2" and launch["settings"]["tp_size"] == 4
+    assert launch["settings"]["pp_size"] == 2 and launch["settings"]["disable_shared_experts_fusion"] is True
+    assert "pull/26928" in launch["sources"]["tp_size"] or "PR #26928" in launch["sources"]["tp_size"]
+    args = render_sglang_args(launch["settings"], "0.5.23")
+    assert args[args.index("--tp-size") + 1] == "4" and args[args.index("--pp-size") + 1] == "2"
+    assert "layout tp4pp2" in evidence_line(launch)
+    # An inventory override still goes over the layout; the default layout is TP8.
+    assert (
+        resolve_profile(profiles, "sm120", "current", {"pp_size": None}, layout="tp4pp2")["settings"].get(
+            "pp_size"
+        )
+        is None
+    )
+    assert resolve_profile(profiles, "sm120", "current")["settings"]["tp_size"] == 8
+    with pytest.raises(SglangFlagError, match="sglang_layout 'tp2pp4' is not a layout of sm120/current"):
+        resolve_profile(profiles, "sm120", "current", layout="tp2pp4")
+    with pytest.raises(SglangFlagError, match=r"not a layout of sm120/seed \(has: none\)"):
+        resolve_profile(profiles, "sm120", "seed", layout="tp4pp2")
 
 
 # ------------------------------------------------------------------------------ renderer rules ----
@@ -508,6 +546,14 @@ def test_the_shipped_lanes_say_what_proved_them() -> None:
     seed = resolve_profile(profiles, "sm120", "seed", lanes=lanes)["evidence"]
     assert seed["run"]["date"] == "2026-02-19" and "lukealonso/GLM-5-NVFP4" in seed["run"]["checkpoint"]
     assert any("nvidia/GLM-5-NVFP4" in d for d in seed["differs"])
+    # Issue 39 item 2: each sm120 lane names what it serves; the current lane records PR #26928 and NVIDIA's
+    # recipe as its runs.
+    assert seed["serves"].startswith("dense MLA, not sparse attention")
+    current = resolve_profile(profiles, "sm120", "current", lanes=lanes)["evidence"]
+    assert current["serves"].startswith("DSA's sparse attention")
+    assert "nvidia/GLM-5.1-NVFP4" in current["run"]["checkpoint"] and "96.9 %" in current["run"]["source"]
+    assert [run["checkpoint"] for run in current["more_runs"]] == ["nvidia/GLM-5.2-NVFP4"] * 2
+    assert "nvidia-gcp-samples" in current["more_runs"][0]["by"]
 
 
 def test_the_evidence_line_warns_below_seed_run() -> None:
@@ -515,6 +561,10 @@ def test_the_evidence_line_warns_below_seed_run() -> None:
     seed = evidence_line(resolve_profile(profiles, "sm120", "seed", lanes=lanes))
     assert seed.startswith("WARNING: sm120/seed (sglang 0.5.9): evidence nearby-run")
     assert "2026-02-19" in seed and "This lane differs:" in seed and "docs/hardware-validation.md" in seed
+    assert "It serves dense MLA, not sparse attention" in seed
+    current = evidence_line(resolve_profile(profiles, "sm120", None, lanes=lanes))
+    assert current.startswith("WARNING: sm120/current (sglang 0.5.23): evidence public-report")
+    assert "It serves DSA's sparse attention" in current and "(and 2 more public runs:" in current
     lab = evidence_line(resolve_profile(profiles, "cpu", "current", lanes=lanes))
     assert lab.startswith("cpu/current (sglang 0.5.23): evidence lab-run") and "WARNING" not in lab
     assert evidence_line({"arch": "x", "lane": "y"}).startswith("WARNING: x/y (sglang ?): evidence untested")

@@ -35,9 +35,15 @@ SEED_BACKENDS = {
 
 # For every entry: (arch, version, settings, gpu memory) that must match, and a close neighbour that must not.
 CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
+    # The seed's NaN (issue 39 item 3): a packed FP8 DSA KV row read by a non-DSA attention, < 0.5.10.
     "sm120-dsa-decode-flashmla-nan": {
-        "positive": ("sm120", "0.5.9", {"dsa_decode_backend": "flashmla_kv"}, RTX_PRO_6000_MIB),
-        "negative": ("sm120", "0.5.9", {"dsa_decode_backend": "trtllm"}, RTX_PRO_6000_MIB),
+        "positive": (
+            "sm120",
+            "0.5.9",
+            {**SEED_BACKENDS, "dsa_prefill_backend": "flashmla_auto", "dsa_decode_backend": "flashmla_kv"},
+            RTX_PRO_6000_MIB,
+        ),
+        "negative": ("sm120", "0.5.9", SEED_BACKENDS, RTX_PRO_6000_MIB),
     },
     "sm120-dsa-trtllm-unsupported-arch": {
         "positive": ("sm120", "0.5.23", {"dsa_prefill_backend": "trtllm"}, RTX_PRO_6000_MIB),
@@ -48,13 +54,17 @@ CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
             None,
         ),
     },
-    "sm121-dsa-trtllm-decode-silent-nan": {
-        "positive": ("sm121", "0.5.23", {"dsa_decode_backend": "trtllm"}, None),
-        "negative": ("sm100", "0.5.23", {"dsa_decode_backend": "trtllm"}, None),
-    },
     "sm120-deepgemm": {
-        "positive": ("sm120", "0.5.23", {"moe_runner_backend": "deep_gemm"}, None),
-        "negative": ("sm90", "0.5.23", {"fp8_gemm_backend": "deep_gemm"}, None),
+        "positive": ("sm120", "0.5.9", {"moe_runner_backend": "deep_gemm"}, None),
+        "negative": ("sm120", "0.5.23", {"fp8_gemm_backend": "deep_gemm"}, None),
+    },
+    "sm120-deepgemm-untested": {
+        "positive": ("sm120", "0.5.23", {"fp8_gemm_backend": "deep_gemm"}, None),
+        "negative": ("sm120", "0.5.9", {"fp8_gemm_backend": "deep_gemm"}, None),
+    },
+    "sm120-speculative-decoding": {
+        "positive": ("sm120", "0.5.23", {"speculative_algorithm": "EAGLE"}, None),
+        "negative": ("sm100", "0.5.23", {"speculative_algorithm": "EAGLE"}, None),
     },
     "sm120-sglang-0.5.12-deepgemm-dsa": {
         "positive": ("sm120", "0.5.12", {}, None),
@@ -91,12 +101,27 @@ CASES: dict[str, dict[str, tuple[str, str, dict[str, Any], int | None]]] = {
         "positive": ("sm120", "0.5.9", {**SEED_BACKENDS, "dsa_decode_backend": None}, RTX_PRO_6000_MIB),
         "negative": ("sm120", "0.5.9", SEED_BACKENDS, RTX_PRO_6000_MIB),
     },
-    "sm120-flashinfer-cutlass-fp4-pdl-race": {
+    "sm120-flashinfer-cutlass-fp4-gemm-race": {
         "positive": ("sm120", "0.5.9", {"quantization": "modelopt_fp4"}, RTX_PRO_6000_MIB),
         "negative": (
             "sm120",
-            "0.5.9",
-            {"quantization": "modelopt_fp4", "fp4_gemm_backend": "flashinfer_cudnn"},
+            "0.5.10",
+            {"quantization": "modelopt_fp4", "fp4_gemm_backend": "flashinfer_cutlass"},
+            RTX_PRO_6000_MIB,
+        ),
+    },
+    # 0.5.10 pins flashinfer 0.6.7.post2: the GEMM fix without the MoE one.
+    "sm120-flashinfer-cutlass-fp4-moe-race": {
+        "positive": (
+            "sm120",
+            "0.5.10",
+            {"quantization": "modelopt_fp4", "moe_runner_backend": "flashinfer_cutlass"},
+            RTX_PRO_6000_MIB,
+        ),
+        "negative": (
+            "sm120",
+            "0.5.11",
+            {"quantization": "modelopt_fp4", "moe_runner_backend": "flashinfer_cutlass"},
             RTX_PRO_6000_MIB,
         ),
     },
@@ -303,3 +328,110 @@ def test_predicates() -> None:
 def test_validate_table_rejects(entries: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(SglangFlagError, match=message):
         validate_table({"entries": entries})
+
+
+def _ids(settings: dict[str, Any], version: str, arch: str = "sm120") -> set[str]:
+    return {f.id for f in match_known_bad(table(), settings, arch, version, RTX_PRO_6000_MIB)}
+
+
+def test_the_old_fp4_advice_on_the_seed_profile_still_warns_about_the_moe_half() -> None:
+    """Issue 39 item 1: the old entry's fix (fp4_gemm_backend flashinfer_cudnn) silenced its warning while the
+    seed profile's MoE runner (flashinfer_cutlass, flashinfer 0.6.3) kept racing. Now it silences the GEMM
+    half only, and the warning says the MoE half stays."""
+    profile = resolve_profile(
+        load_profiles(), "sm120", "seed", {"fp4_gemm_backend": "flashinfer_cudnn"}, lanes=load_lanes()
+    )
+    found = match_known_bad(
+        table(), profile["settings"], "sm120", profile["sglang_version"], RTX_PRO_6000_MIB
+    )
+    ids = {f.id for f in found}
+    assert "sm120-flashinfer-cutlass-fp4-moe-race" in ids
+    assert "sm120-flashinfer-cutlass-fp4-gemm-race" not in ids
+    _, warnings = guard(found, allow_known_bad=False)
+    moe = next(w for w in warnings if "sm120-flashinfer-cutlass-fp4-moe-race" in w)
+    assert "moe_runner_backend=flashinfer_cutlass" in moe and "pull/2913" in moe
+    # As shipped, the seed profile warns about both halves; the current lane (flashinfer 0.7.2) about neither.
+    seed = resolve_profile(load_profiles(), "sm120", "seed", lanes=load_lanes())["settings"]
+    assert {"sm120-flashinfer-cutlass-fp4-gemm-race", "sm120-flashinfer-cutlass-fp4-moe-race"} <= _ids(
+        seed, "0.5.9"
+    )
+    current = resolve_profile(load_profiles(), "sm120", "current", lanes=load_lanes())["settings"]
+    assert not {i for i in _ids(current, "0.5.23") if "fp4" in i}
+
+
+@pytest.mark.parametrize(
+    ("version", "gemm", "moe"), [("0.5.9", True, True), ("0.5.10", False, True), ("0.5.11", False, False)]
+)
+def test_the_fp4_race_halves_follow_the_flashinfer_each_release_pins(
+    version: str, gemm: bool, moe: bool
+) -> None:
+    """0.5.9 pins flashinfer 0.6.3 (no fix), 0.5.10 0.6.7.post2 (#2780, GEMM), 0.5.11 0.6.8.post1 (#2913,
+    MoE)."""
+    settings = {
+        "quantization": "modelopt_fp4",
+        "moe_runner_backend": "flashinfer_cutlass",
+        "fp4_gemm_backend": "flashinfer_cutlass",
+    }
+    ids = _ids(settings, version)
+    assert ("sm120-flashinfer-cutlass-fp4-gemm-race" in ids) is gemm
+    assert ("sm120-flashinfer-cutlass-fp4-moe-race" in ids) is moe
+
+
+@pytest.mark.parametrize(
+    ("changes", "hit"),
+    [
+        # The model card's pair, sglang 0.5.9's own pick for an FP8 KV cache: the packed row, read as MLA.
+        ({"dsa_prefill_backend": "flashmla_auto", "dsa_decode_backend": "flashmla_kv"}, True),
+        # Backends the old entry (decode flashmla_* only) let through: the same packed layout.
+        ({"dsa_prefill_backend": "flashmla_sparse", "dsa_decode_backend": "fa3"}, True),
+        ({"dsa_prefill_backend": "flashmla_auto", "dsa_decode_backend": "tilelang"}, True),
+        (
+            {
+                "dsa_prefill_backend": "flashmla_auto",
+                "dsa_decode_backend": "flashmla_kv",
+                "kv_cache_dtype": "auto",
+            },
+            True,
+        ),
+        # One trtllm backend is enough for the plain row: the old entry blocked this, the mechanism does not.
+        ({"dsa_decode_backend": "flashmla_kv"}, False),
+        # A bf16 KV cache stores the plain row (the community's route).
+        (
+            {
+                "dsa_prefill_backend": "flashmla_auto",
+                "dsa_decode_backend": "flashmla_kv",
+                "kv_cache_dtype": "bf16",
+            },
+            False,
+        ),
+        # The DSA attention backend reads its own packed row.
+        (
+            {
+                "dsa_prefill_backend": "flashmla_auto",
+                "dsa_decode_backend": "flashmla_kv",
+                "attention_backend": "dsa",
+            },
+            False,
+        ),
+    ],
+)
+def test_the_seed_nan_entry_matches_its_mechanism(changes: dict[str, Any], hit: bool) -> None:
+    """Issue 39 item 3: sglang < 0.5.10, FP8/auto KV, attention not dsa/nsa, neither DSA backend trtllm."""
+    settings = {**SEED_BACKENDS, **changes}
+    assert ("sm120-dsa-decode-flashmla-nan" in _ids(settings, "0.5.9")) is hit
+    assert "sm120-dsa-decode-flashmla-nan" not in _ids(settings, "0.5.23")
+
+
+def test_trtllm_on_sm121_is_blocked_by_the_unsupported_arch_entry() -> None:
+    """Issue 39 item 4: the SM121 entry (sourced to another model's report) is folded into the loud one."""
+    ids = _ids({"dsa_decode_backend": "trtllm"}, "0.5.23", arch="sm121")
+    assert "sm120-dsa-trtllm-unsupported-arch" in ids
+    entry = next(e for e in table()["entries"] if e["id"] == "sm120-dsa-trtllm-unsupported-arch")
+    assert "issues/40286" in entry["source"] and "Qwen3.8-Flash-Next" in entry["source"]
+
+
+def test_every_entry_names_a_dated_or_versioned_source() -> None:
+    """Each entry keeps its sources: a link, or the wheel file it was read from."""
+    for entry in table()["entries"]:
+        source = " ".join(str(entry["source"]).split())
+        assert "https://" in source or "wheel sglang==" in source or "seed deployment" in source, entry["id"]

@@ -115,6 +115,7 @@ def test_requirements_with_pip_options_are_refused() -> None:
 def test_current_lane_constraints_drop_extras() -> None:
     assert constraint_lines(LANES["current"]) == [
         "flashinfer_python==0.7.2",
+        "sgl-deep-gemm==0.2.3.post2",
         "sglang-kernel==0.4.10",
         "torch==2.14.1",
         "transformers==5.19.0",

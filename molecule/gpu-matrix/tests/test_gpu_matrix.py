@@ -13,14 +13,15 @@ COMMON = [
     "8",
     "--enable-metrics",
 ]
-# The seed's six flags, on the seed lane (sglang 0.5.9's dialect).
-SEED = [
-    "--nsa-prefill-backend trtllm",
-    "--nsa-decode-backend trtllm",
+# The SM120 default lane (current, sglang 0.5.23; docs/lanes.md): DSA's sparse attention on the SM120 path.
+SM120_CURRENT = [
+    "--attention-backend dsa",
+    "--dsa-prefill-backend flashinfer_sparse_mla",
+    "--dsa-decode-backend flashinfer_sparse_mla",
     "--fp8-gemm-backend cutlass",
-    "--attention-backend flashinfer",
     "--moe-runner-backend flashinfer_cutlass",
-    "--disable-cuda-graph",
+    "--kv-cache-dtype fp8_e4m3",
+    "--cuda-graph-backend-decode disabled",
 ]
 
 
@@ -44,12 +45,10 @@ def test_unit_is_installed_not_started_and_its_argv_is_the_profile(host) -> None
     # Bound to the node's own address (ansible_host, else its name), never the wildcard.
     assert "--host 0.0.0.0" not in argv and "--host glm5-mol-gm-" in argv and "--port 30000" in argv
     if arch(host) == "sm120":
-        for flag in SEED:
+        for flag in SM120_CURRENT:
             assert flag in argv, flag
-        assert "--dsa-" not in argv
-    else:
-        assert "--nsa-" not in argv and "--disable-cuda-graph" not in argv
-        assert "trtllm" not in argv
+    assert "--nsa-" not in argv and "--disable-cuda-graph" not in argv
+    assert "trtllm" not in argv
 
 
 def test_environment_file_is_private_and_carries_the_profile(host) -> None:
