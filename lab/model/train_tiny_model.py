@@ -39,9 +39,12 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-# The long-context probe comes from the product's own module_utils (pure Python, no Ansible import).
+# The recall probes come from the product's own module_utils (pure Python, no Ansible import).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python_plugins" / "module_utils"))
-from long_context import long_context_probe
+from long_context import MID_LENGTH, NAME, PREFIX_REUSE, recall_probe
+
+# probes.yml's key for each recall probe the inference check adds, and the probe's name.
+RECALL_PROBES = {"mid_length": MID_LENGTH, "long_context": NAME, "prefix_reuse": PREFIX_REUSE}
 
 MODEL_NAME = "glm5-lab-tiny"
 EOS = "<|endoftext|>"
@@ -95,11 +98,12 @@ def load_examples(probes_file: Path) -> list[tuple[str, str, bool, str]]:
             f"{THINK_START}{reasoning}{THINK_END}{answer['content']}" if thinking else answer["content"]
         )
         out.append((name, probe["prompt"], thinking, completion))
-    if "long_context" in data:
-        # The inference check's own long-context probe at the lab's size (thinking on, as the check sends it).
-        long = long_context_probe(int(data["long_context"]["words"]))
-        completion = f"{THINK_START}{data['long_context']['reasoning']}{THINK_END}{long['answer']}"
-        out.append((long["name"], long["prompt"], True, completion))
+    for key, name in RECALL_PROBES.items():
+        if key in data:
+            # The inference check's own recall probe at the lab's size (thinking on, as the check sends it).
+            recall = recall_probe(int(data[key]["words"]), name=name)
+            completion = f"{THINK_START}{data[key]['reasoning']}{THINK_END}{recall['answer']}"
+            out.append((recall["name"], recall["prompt"], True, completion))
     if not out:
         raise SystemExit(f"{probes_file}: no probes")
     return out

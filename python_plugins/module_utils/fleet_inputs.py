@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import ProbeError, normalize_probe
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
-    MIN_WORDS as LONG_CONTEXT_MIN_WORDS,
+    MIN_WORDS as RECALL_MIN_WORDS,
 )
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import OPTIONS as RECALL_OPTIONS
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -434,8 +435,8 @@ def url_problems(name: str, value: Any, *, directory_ok: bool = False) -> list[s
 
 def number_problems(name: str, value: Any) -> list[str]:
     """Durations, intervals and counts (by the end of their name) that must be more than 0 (retries: 0 or
-    more; the long-context probe's words: 0 or at least its minimum). A value that is not a number is left
-    to the argument spec."""
+    more; a recall probe's words, long-context, mid-length or prefix-reuse: 0 or at least their minimum). A
+    value that is not a number is left to the argument spec."""
     number = _number(value)
     if number is None:
         return []
@@ -443,11 +444,11 @@ def number_problems(name: str, value: Any) -> list[str]:
         return [f"{name} must be positive (more than 0), got {_shown(value)}"]
     if name.endswith(NON_NEGATIVE_SUFFIXES) and number < 0:
         return [f"{name} must be 0 or more, got {_shown(value)}"]
-    if name.endswith("_long_context_words") and number != 0 and number < LONG_CONTEXT_MIN_WORDS:
-        return [
-            f"{name} must be 0 (no long-context probe) or {LONG_CONTEXT_MIN_WORDS} words or more, "
-            f"got {_shown(value)}"
-        ]
+    for probe, option in RECALL_OPTIONS.items():
+        if name.endswith(f"_{option}") and number != 0 and number < RECALL_MIN_WORDS:
+            return [
+                f"{name} must be 0 (no {probe} probe) or {RECALL_MIN_WORDS} words or more, got {_shown(value)}"
+            ]
     return []
 
 

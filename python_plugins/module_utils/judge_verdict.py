@@ -604,6 +604,39 @@ def combine_answers(verdicts: Sequence[Verdict]) -> tuple[Verdict, int]:
     return _verdict([f"{head}: {'; '.join(verdict.failures)}"], **fields), len(failed)
 
 
+# The prefix-reuse probe's follow-up has a symptom of its own: a garbled cached prefix, not a broken model.
+FOLLOW_UP = "the follow-up on the cached prefix"
+FOLLOW_UP_FAMILY = "a cached prefix read back wrong (sglang PRs #18904, #24198)"
+
+
+def _agreeing(content: str | None) -> str:
+    """The content as two answers are compared: words only, case folded."""
+    return " ".join(re.findall(r"\w+", content or "")).casefold()
+
+
+def judge_follow_up(first: Verdict, follow_up: Verdict) -> tuple[Verdict, int]:
+    """One verdict for the prefix-reuse probe: the same prompt sent twice in a row, the second served from the
+    radix cache's copy of the first one's prefix. Both answers are judged; the follow-up must also agree with
+    the first (the same words). Returns the verdict and how many of the two answers failed. A failure of the
+    follow-up alone, or a disagreement, says so: it is the cached-prefix bug family, not a broken model."""
+    failed = int(not first.passed) + int(not follow_up.passed)
+    shown = first if not first.passed else follow_up
+    fields = {key: value for key, value in shown.to_dict().items() if key not in ("passed", "failures")}
+    failures = list(first.failures)
+    if not follow_up.passed:
+        where = "" if not first.passed else " where the first answer passed"
+        failures.append(f"{FOLLOW_UP} failed{where}: {'; '.join(follow_up.failures)}")
+        if first.passed:
+            failures[-1] += f" ({FOLLOW_UP_FAMILY})"
+    elif first.passed and _agreeing(first.content) != _agreeing(follow_up.content):
+        failed = 1
+        failures.append(
+            f"{FOLLOW_UP} answered {_quote(follow_up.content or '')} where the first answered "
+            f"{_quote(first.content or '')}: {FOLLOW_UP_FAMILY}"
+        )
+    return _verdict(failures, **fields), failed
+
+
 def judge_transport_error(message: str) -> Verdict:
     """A failed verdict for a request that got no HTTP answer at all."""
     return _verdict([message or "no HTTP answer"])

@@ -151,6 +151,27 @@ options:
         1024-token context, uses a few hundred.
     type: int
     default: 0
+  mid_length_words:
+    description:
+      - Add the mid-length probe (module_utils/long_context.py) over this many words, a recall question like
+        the long-context one, sized between the short probes and the long one (a GPU fleet uses 600 words,
+        about 800 tokens). Sent I(concurrency) times at once and judged like the others. 0 adds none.
+      - A prefill of more than 64 rows runs another kernel path than the short
+        probes' (sglang pull request 39288).
+    type: int
+    default: 0
+  prefix_reuse_words:
+    description:
+      - Add the prefix-reuse probe (module_utils/long_context.py) over this many words, one recall prompt sent
+        twice, one after the other, so that the second is served from the radix cache's copy of the first
+        one's prefix. Both answers are judged, and the follow-up must agree with the first (the same words).
+        A follow-up that fails, or answers otherwise, fails with its own symptom (C(the follow-up on the
+        cached prefix ...)). 0 adds none.
+      - Reaches the bug family "first request correct, follow-ups that reuse the cached prefix garbage"
+        (sglang pull requests 18904 and 24198), which no single request does. 2000 words (about 2600
+        tokens, past DSA's top-k) on a GPU fleet.
+    type: int
+    default: 0
 attributes:
   check_mode:
     support: full
@@ -255,15 +276,20 @@ probes:
       type: int
       sample: 1
     answers:
-      description: How many copies of the probe were sent at once.
-      returned: when concurrency is more than 1
+      description: How many copies of the probe were sent (at once, or one after the other for prefix-reuse).
+      returned: when concurrency is more than 1, and for the prefix-reuse probe
       type: int
       sample: 64
     failed_answers:
       description: How many of those answers failed.
-      returned: when concurrency is more than 1
+      returned: when concurrency is more than 1, and for the prefix-reuse probe
       type: int
       sample: 0
+    follow_up_content:
+      description: The prefix-reuse probe's second answer (at most 2000 characters), or null.
+      returned: for the prefix-reuse probe
+      type: str
+      sample: heliotrope
 journal:
   description: The journal scan, when I(journal_unit) is set.
   returned: when journal_unit is set
@@ -335,16 +361,20 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
     read_answer,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import (
+    CONTENT_KEEP,
     Verdict,
     combine_answers,
     failure_message,
+    judge_follow_up,
     judge_response,
     judge_transport_error,
+    truncate,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import NAME as LONG_CONTEXT
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
+    PREFIX_REUSE,
     LongContextError,
-    with_long_context,
+    with_recall_probes,
 )
 
 PROBE_OPTIONS: dict[str, Any] = {
@@ -378,6 +408,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "journal_unit": {"type": "str"},
     "concurrency": {"type": "int", "default": 1},
     "long_context_words": {"type": "int", "default": 0},
+    "mid_length_words": {"type": "int", "default": 0},
+    "prefix_reuse_words": {"type": "int", "default": 0},
 }
 
 
@@ -542,7 +574,14 @@ def main() -> None:
 
     try:
         given = params["probes"] if params["probes"] is not None else [dict(item) for item in DEFAULT_PROBES]
-        probes = normalize_probes(with_long_context(given, params["long_context_words"]) if given else given)
+        if given:
+            given = with_recall_probes(
+                given,
+                long_context_words=params["long_context_words"],
+                mid_length_words=params["mid_length_words"],
+                prefix_reuse_words=params["prefix_reuse_words"],
+            )
+        probes = normalize_probes(given)
     except (ProbeError, LongContextError) as exc:
         module.fail_json(msg=str(exc), **result)
     if not url.startswith(("http://", "https://")):
@@ -565,27 +604,37 @@ def main() -> None:
             module.fail_json(msg=f"{url}: {problem}", **result)
     result["model"] = model
 
+    chat = f"{url}/v1/chat/completions"
     for probe in probes:
         request = build_request(probe, model, params["logprobs"])
-        # The concurrency probe: the same request N times at once, so that kernels that only fail under a
-        # batch (SM120's CUTLASS FP4 race) are reached; every answer is judged. The long-context probe: once.
-        copies = 1 if probe.name == LONG_CONTEXT else params["concurrency"]
-        with ThreadPoolExecutor(max_workers=copies) as pool:
-            sent = [
-                pool.submit(send, "POST", f"{url}/v1/chat/completions", request, headers, params)
-                for _ in range(copies)
-            ]
-            answers = [future.result() for future in sent]
-        verdicts = [judge_answer(answer, probe, params["logprobs"]) for answer in answers]
-        verdict, failed_answers = combine_answers(verdicts)
+        extra: dict[str, Any] = {}
+        if probe.name == PREFIX_REUSE:
+            # The prefix-reuse probe: the same request twice, one after the other; the second is served from
+            # the radix cache's copy of the first one's prefix, and must agree with it.
+            answers = [send("POST", chat, request, headers, params)]
+            answers.append(send("POST", chat, request, headers, params))
+            first, follow_up = (judge_answer(answer, probe, params["logprobs"]) for answer in answers)
+            verdict, failed_answers = judge_follow_up(first, follow_up)
+            extra.update(answers=2, failed_answers=failed_answers)
+            extra["follow_up_content"] = truncate(follow_up.content, CONTENT_KEEP)
+        else:
+            # The concurrency probe: the same request N times at once, so that kernels that only fail under
+            # a batch (SM120's CUTLASS FP4 race) are reached; every answer is judged. Long-context: once.
+            copies = 1 if probe.name == LONG_CONTEXT else params["concurrency"]
+            with ThreadPoolExecutor(max_workers=copies) as pool:
+                sent = [pool.submit(send, "POST", chat, request, headers, params) for _ in range(copies)]
+                answers = [future.result() for future in sent]
+            verdicts = [judge_answer(answer, probe, params["logprobs"]) for answer in answers]
+            verdict, failed_answers = combine_answers(verdicts)
+            if copies > 1:
+                extra.update(answers=len(answers), failed_answers=failed_answers)
         entry = {
             "name": probe.name,
             **verdict.to_dict(),
             "latency_s": max(answer.latency_s for answer in answers),
             "attempts": max(answer.attempts for answer in answers),
+            **extra,
         }
-        if copies > 1:
-            entry.update(answers=len(answers), failed_answers=failed_answers)
         result["probes"].append(entry)
 
     journal_failures: list[str] = []

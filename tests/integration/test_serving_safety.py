@@ -118,16 +118,29 @@ def test_site_fails_the_nan_node_and_the_router_does_not_route_to_it(nan_site) -
     message = failure(run, NAN_NODE)
     assert message.startswith(f"{NAN_NODE}: ") and "Out of the router." in message, message
     assert re.search(r"!!!!|logprob", message), message
-    # Both probes that reach the broken paths ran, and failed too: every copy of the concurrent ones, and the
-    # long-context recall (sent once).
+    # The probes that reach the broken paths ran, and failed too, each with its symptom: every copy of the
+    # concurrent ones, the mid-length recall's copies, the long-context recall (sent once) and both answers of
+    # the prefix-reuse recall (the second from the cached prefix).
     assert "probe '2+2': 2 of 2 answers sent at once failed" in message, message
+    assert re.search(r"probe 'mid-length': 2 of 2 answers sent at once failed[^|]*(!!!!|logprob)", message)
     assert re.search(r"probe 'long-context': [^|]*(!!!!|logprob)", message), message
+    assert re.search(
+        r"probe 'prefix-reuse': [^|]*(!!!!|logprob)[^|]*the follow-up on the cached prefix failed: "
+        r"[^|]*(!!!!|logprob)",
+        message,
+    ), message
     verdict = run.results("Ask the model the probes and judge its answers", "runner_on_ok")
     healthy = next(verdict[host] for host in LAB_NODES if host != NAN_NODE)
     probes = {probe["name"]: probe for probe in healthy["probes"]}
     long = probes["long-context"]
     assert long["passed"] and "answers" not in long, long
     assert (probes["2+2"]["answers"], probes["2+2"]["failed_answers"]) == (2, 0), probes["2+2"]
+    # A healthy node passes the two recall probes of issue 39: the mid-length one at the concurrency, and the
+    # prefix-reuse one twice in a row, the follow-up agreeing with the first answer.
+    assert (probes["mid-length"]["answers"], probes["mid-length"]["failed_answers"]) == (2, 0)
+    reuse = probes["prefix-reuse"]
+    assert reuse["passed"] and (reuse["answers"], reuse["failed_answers"]) == (2, 0), reuse
+    assert reuse["content"].strip() == reuse["follow_up_content"].strip(), reuse
     # The fleet summary names it out of the router, with the symptom; the others are in.
     lines = next(iter(run.results("Summarize the fleet").values()))["msg"]
     rows = {line.split()[0]: line for line in lines[1:]}

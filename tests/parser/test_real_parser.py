@@ -44,15 +44,18 @@ VERSIONS = sorted({str(lane["sglang_version"]) for lane in load_lanes().values()
 
 
 def _profile_cases() -> list[tuple[str, str, str, list[str]]]:
-    """(case id, version, arch/lane, argv) for every profile x lane variant."""
+    """(case id, version, label, argv) for every profile x lane variant, and for each of its layouts."""
     cases = []
     lanes = load_lanes()
     for arch, doc in sorted(load_profiles().items()):
         for lane in sorted(doc["lanes"]):
-            profile = resolve_profile(load_profiles(), arch, lane, lanes=lanes)
-            version = profile["sglang_version"]
-            argv = [*MODEL, *render_sglang_args(profile["settings"], version)]
-            cases.append((f"{arch}-{lane}", version, f"{arch}/{lane}", argv))
+            for layout in ["", *sorted(doc["lanes"][lane].get("layouts") or {})]:
+                profile = resolve_profile(load_profiles(), arch, lane, lanes=lanes, layout=layout or None)
+                version = profile["sglang_version"]
+                argv = [*MODEL, *render_sglang_args(profile["settings"], version)]
+                suffix = f"-{layout}" if layout else ""
+                label = f"{arch}/{lane}" + (f" layout {layout}" if layout else "")
+                cases.append((f"{arch}-{lane}{suffix}", version, label, argv))
     return cases
 
 
@@ -132,6 +135,13 @@ def test_seed_lane_profile_parses_to_the_seed_values(parsed: dict[tuple[str, str
         "--tp-size": 8,
     }
     assert {flag: _parsed_value("0.5.9", values, flag) for flag in expected} == expected
+
+
+def test_the_tp4pp2_layout_parses_to_pr_26928s_layout(parsed: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Issue 39 item 2: sm120/current in the tp4pp2 layout parses with 0.5.23's real parser to TP4 PP2."""
+    values = parsed[("0.5.23", "sm120-current-tp4pp2")]["values"]
+    expected = {"--tp-size": 4, "--pp-size": 2, "--disable-shared-experts-fusion": True}
+    assert {flag: _parsed_value("0.5.23", values, flag) for flag in expected} == expected
 
 
 def test_current_lane_sm120_parses_to_its_profile(parsed: dict[tuple[str, str], dict[str, Any]]) -> None:

@@ -42,6 +42,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import (
     failure_message,
     find_degenerate,
     is_degenerate,
+    judge_follow_up,
     judge_response,
     judge_transport_error,
     truncate,
@@ -1024,3 +1025,50 @@ def test_the_judge_files_depend_one_way_on_judge_verdict() -> None:
     assert imported("judge_verdict") == set()
     assert imported("judge_probes") == {"judge_verdict"}
     assert imported("judge_journal") == {"judge_verdict"}
+
+
+# --- The prefix-reuse probe's two answers (issue 39 item 4)
+
+
+def _answer(content: str, failures: list[str] | None = None) -> Verdict:
+    return Verdict(passed=not failures, failures=list(failures or []), finish_reason="stop", content=content)
+
+
+@pytest.mark.parametrize(
+    ("first", "follow_up", "failed", "words"),
+    [
+        (_answer("tamarind"), _answer("Tamarind."), 0, []),
+        (
+            _answer("tamarind"),
+            _answer("tamarind saffron"),
+            1,
+            ["answered 'tamarind saffron' where the first"],
+        ),
+        (
+            _answer("tamarind"),
+            _answer("!!!!", ["degenerate output"]),
+            1,
+            [
+                "follow-up on the cached prefix failed where the first answer passed: degenerate output",
+                "read back",
+            ],
+        ),
+        (
+            _answer("!!!!", ["degenerate output"]),
+            _answer("!!!!", ["degenerate output"]),
+            2,
+            ["degenerate output", "follow-up on the cached prefix failed: degenerate output"],
+        ),
+    ],
+)
+def test_judge_follow_up(first: Verdict, follow_up: Verdict, failed: int, words: list[str]) -> None:
+    """Both answers are judged; the follow-up must agree with the first in its words (case and punctuation
+    aside); a failure of the follow-up alone is named as the cached-prefix family, a broken model as
+    itself."""
+    verdict, count = judge_follow_up(first, follow_up)
+    assert count == failed and verdict.passed is (failed == 0)
+    text = "; ".join(verdict.failures)
+    for word in words:
+        assert word in text, text
+    if failed and first.passed:
+        assert verdict.content == follow_up.content

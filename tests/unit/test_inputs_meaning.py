@@ -457,6 +457,8 @@ def test_a_repository_with_a_trailing_line_break_is_not_org_name() -> None:
         ("sglang_validate_concurrency", 0, "must be positive"),
         ("sglang_validate_long_context_words", 49, "must be 0 (no long-context probe) or 50 words or more"),
         ("sglang_validate_long_context_words", -1, "must be 0 (no long-context probe) or 50 words or more"),
+        ("sglang_validate_mid_length_words", 49, "must be 0 (no mid-length probe) or 50 words or more"),
+        ("sglang_validate_prefix_reuse_words", 10, "must be 0 (no prefix-reuse probe) or 50 words or more"),
     ],
 )
 def test_durations_and_counts(name: str, value: Any, words: str) -> None:
@@ -470,6 +472,8 @@ def test_durations_and_counts(name: str, value: Any, words: str) -> None:
         ("sglang_validate_retries", 0),
         ("sglang_validate_long_context_words", 0),
         ("sglang_validate_long_context_words", 50),
+        ("sglang_validate_mid_length_words", 0),
+        ("sglang_validate_prefix_reuse_words", 2000),
         ("sglang_validate_concurrency", 64),
         ("sglang_server_health_timeout", 900),
         ("model_checkpoint_poll_interval", "10"),

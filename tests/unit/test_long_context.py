@@ -10,11 +10,17 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
     normalize_probes,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
+    GPU_MID_LENGTH_WORDS,
+    GPU_PREFIX_REUSE_WORDS,
     GPU_WORDS,
+    MID_LENGTH,
     NAME,
+    PREFIX_REUSE,
     LongContextError,
     long_context_probe,
+    recall_probe,
     with_long_context,
+    with_recall_probes,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,3 +77,26 @@ def test_with_long_context_adds_a_probe_the_module_accepts() -> None:
 def test_a_probe_already_called_long_context_is_refused() -> None:
     with pytest.raises(LongContextError, match="already called 'long-context'"):
         with_long_context([{"name": NAME, "prompt": "x"}], 300)
+
+
+def test_the_recall_probes_differ_by_name_and_keep_the_long_context_prompt() -> None:
+    """Issue 39 item 4: the mid-length and prefix-reuse prompts are their own (so the first prefix-reuse
+    request is not already cached by the long-context one); the long-context prompt for a size is
+    unchanged."""
+    assert recall_probe(300) == long_context_probe(300)
+    prompts = {name: recall_probe(300, name=name)["prompt"] for name in (NAME, MID_LENGTH, PREFIX_REUSE)}
+    assert len(set(prompts.values())) == 3
+    mid = recall_probe(GPU_MID_LENGTH_WORDS, name=MID_LENGTH)["prompt"]
+    # 65 to 2048 tokens at about 1.3 tokens a word.
+    assert 65 < 1.3 * len(mid.split()) < 2048
+    reuse = recall_probe(GPU_PREFIX_REUSE_WORDS, name=PREFIX_REUSE)["prompt"]
+    assert 1.3 * len(reuse.split()) > 2048
+
+
+def test_with_recall_probes_orders_them_and_refuses_a_taken_name() -> None:
+    probes = with_recall_probes(list(DEFAULT_PROBES), 300, 100, 200)
+    assert [p["name"] for p in probes[-3:]] == [MID_LENGTH, NAME, PREFIX_REUSE]
+    assert all("answer" not in p for p in probes)
+    assert with_recall_probes(list(DEFAULT_PROBES)) == list(DEFAULT_PROBES)
+    with pytest.raises(LongContextError, match="set mid_length_words to 0"):
+        with_recall_probes([{"name": MID_LENGTH, "prompt": "x"}], mid_length_words=100)

@@ -18,6 +18,11 @@ from typing import Any
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
+    MID_LENGTH,
+    PREFIX_REUSE,
+    recall_probe,
+)
 from chat_server import (
     HELLO,
     TRICKLE_BODY,
@@ -257,6 +262,69 @@ def test_the_long_context_probe_is_sent_once_after_the_others_and_judged(
     assert [probe["name"] for probe in result["probes"]] == ["2+2", "long-context"]
     assert result["rc"] == 1 and "answers" not in result["probes"][1]
     assert "1 of 2 probes failed: probe 'long-context': content '4' does not match expect" in result["msg"]
+
+
+def answering(content: str) -> Reply:
+    """The healthy 2+2 capture with its content replaced (logprobs off: its logprobs are the 2+2 answer's)."""
+    reply = Reply.capture("healthy_chat_2plus2_greedy")
+    body = json.loads(reply.body)
+    body["choices"][0]["message"]["content"] = content
+    return Reply(reply.status, json.dumps(body).encode())
+
+
+def test_the_mid_length_and_prefix_reuse_probes_are_sent_and_judged(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39 item 4: mid_length_words adds a recall probe sent like the short ones (twice at once here);
+    prefix_reuse_words adds one sent twice in a row, the same body both times, and both answers judged."""
+    mid = recall_probe(100, name=MID_LENGTH)["answer"]
+    reuse = recall_probe(200, name=PREFIX_REUSE)["answer"]
+    healthy = Reply.capture("healthy_chat_2plus2_greedy")
+    server.script("POST", CHAT, healthy, healthy, answering(mid), answering(mid), answering(reuse))
+    args = {"url": server.url, "probes": two_plus_two(), "logprobs": False, "concurrency": 2}
+    result = run({**args, "mid_length_words": 100, "prefix_reuse_words": 200}, capsys)
+    assert result["rc"] == 0, result["msg"]
+    assert [probe["name"] for probe in result["probes"]] == ["2+2", "mid-length", "prefix-reuse"]
+    bodies = server.bodies(CHAT)
+    assert len(bodies) == 6 and bodies[4] == bodies[5]
+    mid_prompt, reuse_prompt = bodies[2]["messages"][0]["content"], bodies[4]["messages"][0]["content"]
+    assert 100 <= len(mid_prompt.split()) < 200 <= len(reuse_prompt.split())
+    assert f"The passphrase is {reuse}." in reuse_prompt
+    probes = {probe["name"]: probe for probe in result["probes"]}
+    assert (probes["mid-length"]["answers"], probes["mid-length"]["failed_answers"]) == (2, 0)
+    assert (probes["prefix-reuse"]["answers"], probes["prefix-reuse"]["failed_answers"]) == (2, 0)
+    assert probes["prefix-reuse"]["content"] == probes["prefix-reuse"]["follow_up_content"] == reuse
+
+
+def test_a_garbled_follow_up_on_the_cached_prefix_fails_with_its_own_symptom(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first answer is right, the second (served from the cached prefix) is the NaN symptom: the probe
+    fails, and says it was the follow-up."""
+    reuse = recall_probe(200, name=PREFIX_REUSE)["answer"]
+    healthy = Reply.capture("healthy_chat_2plus2_greedy")
+    server.script("POST", CHAT, healthy, answering(reuse), answering("!" * 16))
+    result = run(
+        {"url": server.url, "probes": two_plus_two(), "logprobs": False, "prefix_reuse_words": 200}, capsys
+    )
+    assert result["rc"] == 1
+    probe = result["probes"][1]
+    assert (probe["name"], probe["passed"], probe["failed_answers"]) == ("prefix-reuse", False, 1)
+    assert probe["content"] == "!" * 16 and probe["follow_up_content"] == "!" * 16
+    assert (
+        "probe 'prefix-reuse': the follow-up on the cached prefix failed where the first answer passed: "
+        "degenerate output" in result["msg"]
+    )
+    assert "a cached prefix read back wrong" in result["msg"]
+
+
+@pytest.mark.parametrize("option", ["mid_length_words", "prefix_reuse_words"])
+def test_a_recall_probe_too_short_is_refused_before_any_request(
+    server: FakeSglang, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    result = run({"url": server.url, "probes": two_plus_two(), option: 49}, capsys)
+    assert result["rc"] == 1 and server.count("POST", CHAT) == 0
+    assert f"{option} must be a whole number of 50 or more, not 49" in result["msg"]
 
 
 @pytest.mark.parametrize("words", [-1, 10, 49])
@@ -552,6 +620,8 @@ def test_documented_defaults_match_the_argument_spec() -> None:
             "journal_unit",
             "concurrency",
             "long_context_words",
+            "mid_length_words",
+            "prefix_reuse_words",
         ]
     )
 
