@@ -446,9 +446,8 @@ def number_problems(name: str, value: Any) -> list[str]:
         return [f"{name} must be 0 or more, got {_shown(value)}"]
     for probe, option in RECALL_OPTIONS.items():
         if name.endswith(f"_{option}") and number != 0 and number < RECALL_MIN_WORDS:
-            return [
-                f"{name} must be 0 (no {probe} probe) or {RECALL_MIN_WORDS} words or more, got {_shown(value)}"
-            ]
+            words = f"{RECALL_MIN_WORDS} words or more"
+            return [f"{name} must be 0 (no {probe} probe) or {words}, got {_shown(value)}"]
     return []
 
 
