@@ -8,7 +8,13 @@ import pytest
 
 ROOT = "/opt/sglang"
 VERSION = "0.5.23"
-LANE_PINS = ["flashinfer_python==0.7.2", "sglang-kernel==0.4.10", "torch==2.14.1", "transformers==5.19.0"]
+LANE_PINS = [
+    "flashinfer_python==0.7.2",
+    "sgl-deep-gemm==0.2.3.post2",
+    "sglang-kernel==0.4.10",
+    "torch==2.14.1",
+    "transformers==5.19.0",
+]
 
 
 def _target(host, link: str) -> str:
