@@ -9,7 +9,8 @@ Three sizes, three code paths that short prompts never reach (docs/hardware-vali
   GPU). A prefill of more than 64 rows takes another kernel path than the short probes' (sglang PR #39288:
   past 64 rows a page-split scratch gathered NaN on SM120). Sent like the short probes, ``concurrency`` times.
 - **prefix-reuse** (``prefix_reuse_words``): the same long prompt sent twice, one after the other, so that the
-  second is served from the radix cache's copy of the first one's prefix. The follow-up is judged like the
+  second is served from the radix cache's copy of the first one's prefix (on a server that was checked before,
+  the first may be served from the cache too; the follow-up always is). The follow-up is judged like the
   first answer and must agree with it: "first request correct, follow-ups that reuse the cached prefix
   garbage" is a bug family of its own (sglang PRs #18904 and #24198: FP8 KV scales dropped on that path).
 
@@ -36,7 +37,8 @@ OPTIONS = {
 # About 1.3 tokens per filler word with GLM-5's tokenizer: 4500 words is about 6000 tokens, three times the
 # sparse attention's top-k of 2048, and well inside GLM-5's context.
 GPU_WORDS = 4500
-# GPU defaults of the other two: about 800 tokens, past 64 rows and well short of the top-k; about 2600
+# The GPU defaults (roles/sglang_validate/defaults/main.yml restates them; a unit test holds them equal). The
+# other two: about 800 tokens, past 64 rows and well short of the top-k; about 2600
 # tokens, past the top-k, so that the follow-up's sparse selection reads the cached prefix.
 GPU_MID_LENGTH_WORDS = 600
 GPU_PREFIX_REUSE_WORDS = 2000
@@ -113,8 +115,3 @@ def with_recall_probes(
             )
         out.append(probe)
     return out
-
-
-def with_long_context(probes: list[Any], words: int, max_tokens: int = 256) -> list[Any]:
-    """``probes`` plus the long-context probe of ``words`` words (0: no long-context probe)."""
-    return with_recall_probes(probes, long_context_words=words, max_tokens=max_tokens)

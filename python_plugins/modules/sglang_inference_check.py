@@ -164,7 +164,8 @@ options:
     description:
       - Add the prefix-reuse probe (module_utils/long_context.py) over this many words, one recall prompt sent
         twice, one after the other, so that the second is served from the radix cache's copy of the first
-        one's prefix. Both answers are judged, and the follow-up must agree with the first (the same words).
+        one's prefix (on a server checked before, the first may come from the cache too; the follow-up always
+        does). Both answers are judged, and the follow-up must agree with the first (the same words).
         A follow-up that fails, or answers otherwise, fails with its own symptom (C(the follow-up on the
         cached prefix ...)). 0 adds none.
       - Reaches the bug family "first request correct, follow-ups that reuse the cached prefix garbage"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
     DEFAULT_PROBES,
     normalize_probes,
@@ -19,7 +21,6 @@ from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
     LongContextError,
     long_context_probe,
     recall_probe,
-    with_long_context,
     with_recall_probes,
 )
 from hypothesis import given
@@ -66,17 +67,17 @@ def test_an_unusable_size_is_refused(words: object) -> None:
 
 
 def test_with_long_context_adds_a_probe_the_module_accepts() -> None:
-    probes = with_long_context([dict(item) for item in DEFAULT_PROBES], 300)
+    probes = with_recall_probes([dict(item) for item in DEFAULT_PROBES], long_context_words=300)
     assert [probe["name"] for probe in probes] == [*(item["name"] for item in DEFAULT_PROBES), NAME]
     assert "answer" not in probes[-1]
     normalized = normalize_probes(probes)
     assert normalized[-1].name == NAME and normalized[-1].expect == long_context_probe(300)["expect"]
-    assert with_long_context(list(DEFAULT_PROBES), 0) == list(DEFAULT_PROBES)
+    assert with_recall_probes(list(DEFAULT_PROBES), long_context_words=0) == list(DEFAULT_PROBES)
 
 
 def test_a_probe_already_called_long_context_is_refused() -> None:
     with pytest.raises(LongContextError, match="already called 'long-context'"):
-        with_long_context([{"name": NAME, "prompt": "x"}], 300)
+        with_recall_probes([{"name": NAME, "prompt": "x"}], long_context_words=300)
 
 
 def test_the_recall_probes_differ_by_name_and_keep_the_long_context_prompt() -> None:
@@ -100,3 +101,15 @@ def test_with_recall_probes_orders_them_and_refuses_a_taken_name() -> None:
     assert with_recall_probes(list(DEFAULT_PROBES)) == list(DEFAULT_PROBES)
     with pytest.raises(LongContextError, match="set mid_length_words to 0"):
         with_recall_probes([{"name": MID_LENGTH, "prompt": "x"}], mid_length_words=100)
+
+
+def test_the_validate_roles_gpu_defaults_are_these_sizes() -> None:
+    """sglang_validate's defaults are the GPU sizes this module documents, not a second set of numbers."""
+    defaults = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "roles/sglang_validate/defaults/main.yml").read_text()
+    )
+    assert (
+        defaults["sglang_validate_long_context_words"],
+        defaults["sglang_validate_mid_length_words"],
+        defaults["sglang_validate_prefix_reuse_words"],
+    ) == (GPU_WORDS, GPU_MID_LENGTH_WORDS, GPU_PREFIX_REUSE_WORDS)
