@@ -2,10 +2,12 @@
 
     {{ sglang_settings | sglang_args(sglang_version) }}
         -> ["--flag", "value", ...]
-    {{ gpu_arch | sglang_profile(sglang_lane, sglang_settings_overrides) }}
-        -> {arch, lane, sglang_version, evidence, settings, environment, sources}
+    {{ gpu_arch | sglang_profile(sglang_lane, settings, environment, layout, nan_fail_stop_off) }}
+        -> {arch, lane, sglang_version, evidence, settings, environment, sources, fail_stop}
     {{ sglang_launch | sglang_evidence_line }}
         -> one line on what proved the launch (WARNING ... below seed-run)
+    {{ sglang_launch | sglang_fail_stop_line }}
+        -> one line on how the engine stops at its first NaN (WARNING ... when it is off)
     {{ settings | sglang_known_bad(gpu_arch, sglang_version, gpu_memory_mib) }}
         -> [finding, ...]
     {{ findings | sglang_known_bad_guard(sglang_allow_known_bad) }}
@@ -42,6 +44,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.bench_report import be
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     SglangFlagError,
     evidence_line,
+    fail_stop_line,
     lane_toolkit,
     load_lanes,
     load_profiles,
@@ -110,10 +113,16 @@ def sglang_profile(
     overrides: Mapping[str, Any] | None = None,
     environment_overrides: Mapping[str, Any] | None = None,
     layout: str | None = None,
+    fail_stop_off: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The resolved launch profile for arch on lane (None/'' = the arch's default lane), in one of the lane's
-    layouts (None/'' = the profile's own)."""
-    for var, value in (("sglang_settings", overrides), ("sglang_environment", environment_overrides)):
+    layouts (None/'' = the profile's own). ``fail_stop_off`` (sglang_nan_fail_stop_off): profile name -> the
+    reason its NaN fail-stop is off."""
+    for var, value in (
+        ("sglang_settings", overrides),
+        ("sglang_environment", environment_overrides),
+        ("sglang_nan_fail_stop_off", fail_stop_off),
+    ):
         if value is not None and not isinstance(value, Mapping):
             raise SglangFlagError(f"{var} must be a mapping, got a {type(value).__name__}: {value!r}")
     return resolve_profile(
@@ -124,6 +133,9 @@ def sglang_profile(
         environment_overrides=environment_overrides or {},
         lanes=load_lanes(),
         layout=str(layout) if layout else None,
+        fail_stop_off=str((fail_stop_off or {})[str(arch)] or "")
+        if str(arch) in (fail_stop_off or {})
+        else None,
     )
 
 
@@ -233,6 +245,7 @@ class FilterModule:
             "sglang_missing_settings": _wrap(sglang_missing_settings),
             "sglang_profile": _wrap(sglang_profile),
             "sglang_evidence_line": _wrap(evidence_line),
+            "sglang_fail_stop_line": _wrap(fail_stop_line),
             "sglang_known_bad": _wrap(sglang_known_bad),
             "sglang_known_bad_guard": _wrap(sglang_known_bad_guard),
             "sglang_lane": _wrap(sglang_lane),

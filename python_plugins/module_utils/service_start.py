@@ -64,3 +64,21 @@ def symptom(state: Mapping[str, Any], restarts_before: int) -> str:
         "a stalled start: the service is running without restarts but never became healthy (a hung "
         "checkpoint read, a multi-node rendezvous that never completes, or a load slower than the timeout)."
     )
+
+
+def fail_stop_line(lines: list[str], pattern: str, limit: int = 300) -> str | None:
+    """The first journal line that holds the engine's NaN fail-stop pattern (a plain substring), clipped."""
+    if not pattern:
+        return None
+    for line in lines:
+        if pattern in line:
+            return line.strip()[:limit]
+    return None
+
+
+def fail_stop_symptom(line: str) -> str:
+    """The symptom of a start that ended on the engine's NaN fail-stop."""
+    return (
+        "the engine stopped at its first NaN (the NaN fail-stop; docs/serving.md 'Fail-stop on NaN'): the "
+        f"model computes NaN logits on this node, so it serves nothing instead of garbage. Journal: {line}"
+    )

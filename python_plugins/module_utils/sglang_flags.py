@@ -400,6 +400,56 @@ def _entries(block: Any, where: str) -> dict[str, tuple[Any, str]]:
     return out
 
 
+def fail_stop_of(
+    profile: Mapping[str, Any], lane: Mapping[str, Any] | None, where: str, off_reason: str | None = None
+) -> dict[str, Any]:
+    """How the engine stops at its first NaN for a profile on a lane (issue 40; docs/serving.md).
+
+    The profile's ``nan_fail_stop`` ({value: bool, source}) turns it on; the lane's ``nan_fail_stop``
+    (lanes.yml) says how: settings and environment entries merged into the launch, an optional ``tripwire``
+    log line that the node's sglang-nan-tripwire.service turns into a stop of the service, and the
+    ``journal_pattern`` its stop leaves in the journal. ``off_reason`` (sglang_nan_fail_stop_off) turns it
+    off, and must say why.
+
+    Returns {on, how, settings, environment, tripwire, journal_pattern, source, off_reason}; settings and
+    environment are {name: (value, source)}, empty when off.
+    """
+    entry = profile.get("nan_fail_stop", {"value": False, "source": "the profile has no nan_fail_stop"})
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("value"), bool) or not entry.get("source"):
+        raise SglangFlagError(f"{where}.nan_fail_stop must be {{value: true or false, source: ...}}")
+    spec = (lane or {}).get("nan_fail_stop") or {}
+    if off_reason is not None and not str(off_reason).strip():
+        raise SglangFlagError(
+            f"sglang_nan_fail_stop_off turns the NaN fail-stop off for {where} without a reason: give the "
+            "reason as the value (it is printed at every deploy)"
+        )
+    off = ""
+    if off_reason is not None:
+        off = f"turned off by sglang_nan_fail_stop_off: {str(off_reason).strip()}"
+    elif not entry["value"]:
+        off = f"turned off in the profile: {entry['source']}"
+    elif not spec:
+        off = "this lane has no nan_fail_stop in lanes.yml"
+    result: dict[str, Any] = {
+        "on": not off,
+        "how": str(spec.get("how", "")),
+        "settings": {},
+        "environment": {},
+        "tripwire": "",
+        "journal_pattern": str(spec.get("journal_pattern", "")),
+        "source": str(spec.get("source", "")),
+        "off_reason": off,
+    }
+    if off:
+        return result
+    result["settings"] = _entries(spec.get("settings"), "lanes.nan_fail_stop.settings")
+    result["environment"] = _entries(spec.get("environment"), "lanes.nan_fail_stop.environment")
+    result["tripwire"] = str(spec.get("tripwire") or "")
+    if not result["journal_pattern"] or not result["source"]:
+        raise SglangFlagError("lanes.yml nan_fail_stop needs a 'journal_pattern' and a 'source'")
+    return result
+
+
 # What a lane's launch profile was proven by, weakest first. A level's rank decides the warning: anything
 # below seed-run (the lane's exact stack ran on that hardware and answered correctly) deploys with a warning.
 # lab-run is the lab's CPU profile: real sglang on CPU in `make test`, which is all that arch ever runs on.
@@ -503,6 +553,24 @@ def evidence_line(launch: Mapping[str, Any]) -> str:
     return line
 
 
+def fail_stop_line(launch: Mapping[str, Any]) -> str:
+    """One line on how a resolved launch's engine stops at its first NaN; WARNING when it is off."""
+    fail_stop = launch.get("fail_stop") or {}
+    where = f"{launch.get('arch')}/{launch.get('lane')}"
+    if fail_stop.get("on"):
+        tripwire = (
+            " (sglang-nan-tripwire.service stops the service at its log line)"
+            if fail_stop["tripwire"]
+            else ""
+        )
+        return f"{where}: fail-stop on NaN: {fail_stop['how']}{tripwire}. Source: {fail_stop['source']}"
+    return (
+        f"WARNING: {where}: fail-stop on NaN is off ({fail_stop.get('off_reason') or 'no fail-stop data'}): "
+        "a NaN-poisoned engine keeps serving until the guard takes it out "
+        "(docs/serving.md 'Fail-stop on NaN')."
+    )
+
+
 def resolve_profile(
     profiles: Mapping[str, Any],
     arch: str,
@@ -512,13 +580,15 @@ def resolve_profile(
     environment_overrides: Mapping[str, Any] | None = None,
     lanes: Mapping[str, Any] | None = None,
     layout: str | None = None,
+    fail_stop_off: str | None = None,
 ) -> dict[str, Any]:
     """The launch profile for arch on lane (None = the profile's default lane).
 
     Returns {arch, lane, layout, sglang_version (when lanes are given), evidence (evidence_of), settings,
     environment, sources}. ``layout`` names one of the lane variant's ``layouts`` (None = the profile's own),
     whose settings go over the lane's. overrides (inventory) replace any setting; an override of None removes
-    it.
+    it. ``fail_stop`` (:func:`fail_stop_of`, with ``fail_stop_off`` its reason to be off) adds the lane's NaN
+    fail-stop settings and environment over the profile's, under the inventory's overrides.
     """
     if arch not in profiles:
         raise SglangFlagError(
@@ -567,6 +637,14 @@ def resolve_profile(
                     target[name] = value if block_name == "settings" else str(value)
                     sources[tag] = source
 
+    fail_stop = fail_stop_of(
+        profile, (lanes or {}).get(lane_name), arch, None if fail_stop_off is None else str(fail_stop_off)
+    )
+    for block_name, target in (("settings", settings), ("environment", environment)):
+        for name, (value, source) in fail_stop.pop(block_name).items():
+            target[name] = value if block_name == "settings" else str(value)
+            sources[name if block_name == "settings" else f"environment.{name}"] = f"nan_fail_stop: {source}"
+
     for name, value in (overrides or {}).items():
         if value is None:
             settings.pop(str(name), None)
@@ -591,6 +669,7 @@ def resolve_profile(
         "settings": dict(sorted(settings.items())),
         "environment": dict(sorted(environment.items())),
         "sources": dict(sorted(sources.items())),
+        "fail_stop": fail_stop,
     }
     if lanes is not None:
         if lane_name not in lanes:

@@ -50,6 +50,18 @@ options:
     description: Automatic restarts since this run started the unit that make a crash loop (0 never).
     type: int
     default: 2
+  fail_stop_pattern:
+    description:
+      - The line the engine's NaN fail-stop leaves in the unit's journal (the lane's C(nan_fail_stop)
+        C(journal_pattern)), for example C(NaN detected! sampler). Once the unit has restarted or stopped, its
+        journal since I(since) is read, and a line that holds the pattern ends the wait at once
+        (C(verdict=crash-loop)) with that line in the symptom. Empty to never read the journal.
+    type: str
+    default: ""
+  since:
+    description: Epoch seconds; the journal is read from then on (the caller's time before the start).
+    type: float
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -89,6 +101,10 @@ symptom:
   description: What the unit's state says of a start that is not healthy (empty when healthy).
   type: str
   returned: always
+fail_stop_line:
+  description: The journal line of the engine's NaN fail-stop, when the start ended on it (else empty).
+  type: str
+  returned: always
 elapsed:
   description: Seconds this call waited.
   type: float
@@ -102,9 +118,12 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
+    CRASH_LOOP,
     HEALTHY,
     SHOW_PROPERTIES,
     WAITING,
+    fail_stop_line,
+    fail_stop_symptom,
     parse_show,
     restarts_since,
     start_verdict,
@@ -123,6 +142,17 @@ def _status(url: str, timeout: float, ca_path: str | None = None) -> tuple[int |
         return None, str(getattr(exc, "reason", exc))
 
 
+def _fail_stop_line(module: AnsibleModule, params: dict) -> str | None:
+    """The unit's journal line since ``since`` that holds the fail-stop pattern, if any."""
+    journalctl = module.get_bin_path("journalctl")
+    if not journalctl:
+        return None
+    rc, out, _ = module.run_command(
+        [journalctl, "--no-pager", "-o", "cat", "-u", params["unit"], "--since", f"@{int(params['since'])}"]
+    )
+    return fail_stop_line(out.splitlines(), params["fail_stop_pattern"]) if rc == 0 else None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -134,6 +164,8 @@ def main() -> None:
             "request_timeout": {"type": "float", "default": 30},
             "restarts_before": {"type": "int", "default": 0},
             "crash_restarts": {"type": "int", "default": 2},
+            "fail_stop_pattern": {"type": "str", "default": ""},
+            "since": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -141,6 +173,7 @@ def main() -> None:
     systemctl = module.get_bin_path("systemctl", required=True)
     show = [systemctl, "show", params["unit"], "-p", ",".join(SHOW_PROPERTIES)]
     started = time.monotonic()
+    nan_line = ""
     while True:
         status, error = _status(params["url"], params["request_timeout"], params["ca_path"])
         rc, out, err = module.run_command(show)
@@ -148,6 +181,14 @@ def main() -> None:
             module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}")
         state = parse_show(out)
         verdict = start_verdict(status, state, params["restarts_before"], params["crash_restarts"])
+        if (
+            verdict != HEALTHY
+            and params["fail_stop_pattern"]
+            and (restarts_since(state, params["restarts_before"]) > 0 or state.get("ActiveState") != "active")
+        ):
+            nan_line = _fail_stop_line(module, params) or ""
+            if nan_line:
+                verdict = CRASH_LOOP
         elapsed = time.monotonic() - started
         if verdict != WAITING or elapsed + params["interval"] > params["window"]:
             break
@@ -159,7 +200,14 @@ def main() -> None:
         error=error,
         unit_state=state,
         restarts=restarts_since(state, params["restarts_before"]),
-        symptom="" if verdict == HEALTHY else symptom(state, params["restarts_before"]),
+        symptom=(
+            ""
+            if verdict == HEALTHY
+            else fail_stop_symptom(nan_line)
+            if nan_line
+            else symptom(state, params["restarts_before"])
+        ),
+        fail_stop_line=nan_line,
         elapsed=round(elapsed, 1),
     )
 

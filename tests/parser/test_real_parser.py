@@ -7,7 +7,9 @@ No GPU: the parser is built and parse_args is called, nothing more (see sglang_p
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import parser_venvs
@@ -240,3 +242,40 @@ def test_bench_flags_exist_in_each_lanes_benchmark(parser_python: Callable[[str]
     assert not [f for f in used if f not in flags], f"{module} of sglang {version} lacks these flags"
     assert BACKEND in choices.get("--backend", []), choices.get("--backend")
     assert "random-ids" in choices.get("--dataset-name", []), choices.get("--dataset-name")
+
+
+def _sglang_source(python: str, relative: str) -> str:
+    """A file of the sglang package installed for ``python`` (its parser venv)."""
+    found = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('sglang').origin)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return (Path(found.stdout.strip()).parent / relative).read_text()
+
+
+@pytest.mark.parametrize(
+    "lane", sorted(name for name, lane in load_lanes().items() if lane.get("nan_fail_stop")), ids=str
+)
+def test_each_lanes_nan_fail_stop_is_in_its_real_sglang(
+    lane: str, parser_python: Callable[[str], str]
+) -> None:
+    """Issue 40: the NaN fail-stop each lane renders is what that release's real source does. The seed lane's
+    tripwire line is the sampler's own log line (a logger call in srt/layers/sampler.py, so the tripwire that
+    follows the journal sees it); the current lane's variable is an environment switch of that release and its
+    journal pattern the message of its NaN assert."""
+    spec = load_lanes()[lane]["nan_fail_stop"]
+    version = str(load_lanes()[lane]["sglang_version"])
+    python = parser_python(version)
+    if spec.get("tripwire"):
+        sampler = _sglang_source(python, "srt/layers/sampler.py")
+        assert f'logger.warning("{spec["tripwire"]}")' in sampler, spec["tripwire"]
+        assert spec["journal_pattern"] in spec["tripwire"]
+        assert "enable_nan_detection" in sampler
+    for name in spec.get("environment") or {}:
+        environ = _sglang_source(python, "srt/environ.py")
+        assert f"    {name} = EnvBool(False)" in environ, name
+        probe = _sglang_source(python, "srt/utils/async_probe.py")
+        assert 'message = f"NaN detected! {msg}"' in probe
+        sampler = _sglang_source(python, "srt/layers/sampler.py")
+        assert 'maybe_detect_nan(logits, "sampler: next_token_logits")' in sampler
+        assert spec["journal_pattern"] == "NaN detected! sampler"
