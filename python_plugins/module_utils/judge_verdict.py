@@ -42,6 +42,22 @@ echo the key.
 
 Crash signatures (:data:`CRASH_SIGNATURES`): the lines a NaN, a CUDA assert or a crash leaves; an error answer
 that carries one says so in its verdict, and ``judge_journal`` looks for them in the server's journal.
+
+Failure kinds (:attr:`Verdict.failure_kind`, :meth:`Verdict.classification`), for the removal policy the guard
+and the validate gate share (``guard_policy.plan_removals``); the worst kind an answer shows wins:
+
+- ``degenerate`` (:data:`DEGENERATE`): the silent-NaN symptoms - degenerate output in content or reasoning, a
+  null, NaN, Inf or positive logprob, an error answer carrying a crash signature. Never the fault of a probe.
+- ``broken`` (:data:`BROKEN`): no answer that can be judged - an HTTP error, a transport error, a timeout, a
+  body that is not a chat completion, logprobs that do not cover the answer, a missing finish_reason, a cached
+  prefix read back differently.
+- ``wrong`` (:data:`WRONG`): a sound answer (finite logprobs, no repetition) that misses what the probe asks
+  for: its ``expect`` or ``expect_python``, its ``finish_reason`` (a ``max_tokens`` too small), or empty
+  content. The one kind an operator's typo in a probe can cause on a healthy replica.
+
+A ``finish_reason`` of ``length`` alone is ``wrong``, not ``degenerate``: a NaN answer that runs to
+max_tokens also shows ``!!!!`` or null logprobs, which are; a healthy model given too small a ``max_tokens``
+shows only the length.
 """
 
 from __future__ import annotations
@@ -73,6 +89,13 @@ RULE_CHARS = frozenset("-=_*#~.`+|/\\<>0123456789")
 # and a near-certain token's probability can round to 1 plus an ulp: its log is about +1.2e-7. Anything above
 # this is an impossible number, not rounding.
 LOGPROB_CEILING = 1e-4
+
+# --- Failure kinds (module docstring), worst first
+
+DEGENERATE = "degenerate"
+BROKEN = "broken"
+WRONG = "wrong"
+FAILURE_KINDS = (DEGENERATE, BROKEN, WRONG)
 
 # --- Keys
 
@@ -126,6 +149,17 @@ class Verdict:
     content: str | None = None
     reasoning_content: str | None = None
     completion_tokens: int | None = None
+    failure_kind: str | None = None  # degenerate, broken or wrong (module docstring); None when passed
+
+    @property
+    def degenerate(self) -> bool:
+        """Whether the answer shows a silent-NaN symptom (failure kind ``degenerate``)."""
+        return self.failure_kind == DEGENERATE
+
+    def classification(self) -> dict[str, Any]:
+        """``{"failure_kind": ..., "degenerate": ...}``: what the removal policy reads of this verdict (kept
+        out of :meth:`to_dict`, whose keys are the module's long-standing per-probe fields)."""
+        return {"failure_kind": self.failure_kind, "degenerate": self.degenerate}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -416,13 +450,49 @@ def check_python_answer(content: str) -> str | None:
 # --- Responses
 
 
-def _verdict(failures: list[str], **fields: Any) -> Verdict:
+def worst_kind(kinds: Sequence[str | None]) -> str | None:
+    """The worst of some failure kinds (``degenerate`` before ``broken`` before ``wrong``); None for none."""
+    for kind in FAILURE_KINDS:
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _verdict(failures: list[str], kind: str | None = None, **fields: Any) -> Verdict:
+    """A verdict; a failed one of kind ``kind`` (default ``broken``). ``fields`` may carry another verdict's
+    ``failure_kind``/``degenerate`` (a copy of its fields): ``kind`` decides."""
+    fields.pop("degenerate", None)
+    inherited = fields.pop("failure_kind", None)
     failures = [clean_text(item) for item in failures if item]
-    return Verdict(passed=not failures, failures=failures, **fields)
+    if not failures:
+        return Verdict(passed=True, failures=failures, **fields)
+    chosen = kind or inherited
+    return Verdict(
+        passed=False, failures=failures, failure_kind=chosen if chosen in FAILURE_KINDS else BROKEN, **fields
+    )
 
 
 def _signature_failures(text: str) -> list[str]:
     return [f"the error carries a crash signature: {meaning}" for meaning in scan_signatures(text)]
+
+
+def _signature_kind(text: str | None) -> str:
+    """``degenerate`` for an error answer that carries a crash signature, else ``broken``."""
+    return DEGENERATE if text and scan_signatures(text) else BROKEN
+
+
+def logprobs_degenerate(choice: Mapping[str, Any]) -> bool:
+    """Whether any logprob of ``choice`` (the token's or a top_logprob) is null, NaN, Inf or above 0."""
+    logprobs = choice.get("logprobs")
+    entries = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+    if not isinstance(entries, list):
+        return False
+    for number, entry in enumerate(entries, start=1):
+        if isinstance(entry, Mapping):
+            values, _ = _logprob_values(entry, number)
+            if any(_logprob_kind(value) not in (None, "not_number") for value, _ in values):
+                return True
+    return False
 
 
 def _error_summary(obj: object) -> str | None:
@@ -478,7 +548,7 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
             failures += _signature_failures(text)
         elif decode_error:
             failures.append(decode_error)
-        return _verdict(failures)
+        return _verdict(failures, _signature_kind(text))
     if text is None:
         return _verdict([str(decode_error)])
     if not text.strip():
@@ -497,7 +567,7 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
         if summary is not None:
             failures = [f"the server answered with an error: {_quote(summary, 300)}"]
             failures += _signature_failures(text)
-            return _verdict(failures)
+            return _verdict(failures, _signature_kind(text))
         keys = ", ".join(sorted(str(key) for key in obj)[:10]) or "none"
         return _verdict([f"not a chat completion: no 'choices' (keys: {keys})"])
     if not isinstance(choices, list):
@@ -509,6 +579,7 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
         return _verdict([f"choices[0] is a {type(choice).__name__}, not an object"])
 
     failures: list[str] = []
+    kinds: list[str] = []  # the kind of each failure found below
     raw_finish = choice.get("finish_reason")
     if isinstance(raw_finish, Mapping):  # the native /generate shape: {"type": "stop", ...}
         raw_finish = raw_finish.get("type")
@@ -524,15 +595,18 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
     reasoning: str | None = None
     if not isinstance(message, Mapping):
         failures.append("choices[0].message is missing or not an object")
+        kinds.append(BROKEN)
     else:
         raw_content = message.get("content")
         raw_reasoning = message.get("reasoning_content")
         if raw_content is not None and not isinstance(raw_content, str):
             failures.append(f"content is a {type(raw_content).__name__}, not a string")
+            kinds.append(BROKEN)
         else:
             content = raw_content
         if raw_reasoning is not None and not isinstance(raw_reasoning, str):
             failures.append(f"reasoning_content is a {type(raw_reasoning).__name__}, not a string")
+            kinds.append(BROKEN)
         else:
             reasoning = raw_reasoning
 
@@ -540,30 +614,40 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
         found = find_degenerate(value) if value else None
         if found:
             failures.append(f"degenerate output {found} in {label}, the silent-NaN symptom")
+            kinds.append(DEGENERATE)
 
-    failures += check_logprobs(choice, logprobs_requested, completion_tokens)
+    logprob_failures = check_logprobs(choice, logprobs_requested, completion_tokens)
+    failures += logprob_failures
+    if logprob_failures:
+        kinds.append(DEGENERATE if logprobs_degenerate(choice) else BROKEN)
 
     if finish_reason is None:
         failures.append(f"finish_reason is missing (wanted '{probe.finish_reason}')")
+        kinds.append(BROKEN)
     elif finish_reason != probe.finish_reason:
         hint = f": the answer hit max_tokens={probe.max_tokens}" if finish_reason == "length" else ""
         failures.append(f"finish_reason {finish_reason!r} (wanted '{probe.finish_reason}'){hint}")
+        kinds.append(WRONG)
 
     if isinstance(message, Mapping) and not (content or "").strip():
         what = "content is null" if content is None else "content is empty"
         if reasoning and reasoning.strip():
             what += " and the answer stayed in reasoning_content (thinking cut off or never closed)"
         failures.append(what)
+        kinds.append(WRONG)
     elif content:
         if probe.expect is not None and re.search(probe.expect, content) is None:
             failures.append(f"content {_quote(content.strip(), 80)} does not match expect /{probe.expect}/")
+            kinds.append(WRONG)
         if probe.expect_python:
             problem = check_python_answer(content)
             if problem:
                 failures.append(f"expect_python: {problem}")
+                kinds.append(WRONG)
 
     return _verdict(
         failures,
+        worst_kind(kinds),
         finish_reason=clean_text(finish_reason) if finish_reason is not None else None,
         matched_stop=clean_text(matched_stop) if isinstance(matched_stop, str) else matched_stop,
         content=truncate(content, CONTENT_KEEP),
@@ -598,10 +682,11 @@ def combine_answers(verdicts: Sequence[Verdict]) -> tuple[Verdict, int]:
     shown = failed[0][1] if failed else verdicts[0]
     fields = {key: value for key, value in shown.to_dict().items() if key not in ("passed", "failures")}
     if not failed or len(verdicts) == 1:
-        return _verdict(list(shown.failures), **fields), len(failed)
+        return _verdict(list(shown.failures), shown.failure_kind, **fields), len(failed)
     first, verdict = failed[0]
     head = f"{len(failed)} of {len(verdicts)} answers sent at once failed; answer {first + 1}"
-    return _verdict([f"{head}: {'; '.join(verdict.failures)}"], **fields), len(failed)
+    kind = worst_kind([item.failure_kind for _, item in failed])
+    return _verdict([f"{head}: {'; '.join(verdict.failures)}"], kind, **fields), len(failed)
 
 
 # The prefix-reuse probe's follow-up has a symptom of its own: a garbled cached prefix, not a broken model.
@@ -623,6 +708,7 @@ def judge_follow_up(first: Verdict, follow_up: Verdict) -> tuple[Verdict, int]:
     shown = first if not first.passed else follow_up
     fields = {key: value for key, value in shown.to_dict().items() if key not in ("passed", "failures")}
     failures = list(first.failures)
+    kind = worst_kind([first.failure_kind, follow_up.failure_kind])
     if not follow_up.passed:
         where = "" if not first.passed else " where the first answer passed"
         failures.append(f"{FOLLOW_UP} failed{where}: {'; '.join(follow_up.failures)}")
@@ -634,7 +720,8 @@ def judge_follow_up(first: Verdict, follow_up: Verdict) -> tuple[Verdict, int]:
             f"{FOLLOW_UP} answered {_quote(follow_up.content or '')} where the first answered "
             f"{_quote(first.content or '')}: {FOLLOW_UP_FAMILY}"
         )
-    return _verdict(failures, **fields), failed
+        kind = BROKEN  # two sound answers that disagree: the cache, never the probe
+    return _verdict(failures, kind, **fields), failed
 
 
 def judge_transport_error(message: str) -> Verdict:

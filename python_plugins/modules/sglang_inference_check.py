@@ -268,6 +268,20 @@ probes:
       description: Tokens generated, from the answer's usage, or null.
       type: int
       sample: 10
+    failure_kind:
+      description:
+        - What kind of failure, for the removal policy of the validate gate and the guard (module_utils
+          C(judge_verdict)); null when the probe passed.
+        - C(degenerate) the silent-NaN symptoms (degenerate output, a null, NaN, Inf or positive logprob,
+          a crash signature in an error answer); C(broken) no answer that can be judged (HTTP or transport
+          error, not a chat completion); C(wrong) a sound answer that misses the probe's expect,
+          expect_python, finish_reason, or has empty content (what a typo in a probe can cause).
+      type: str
+      sample: degenerate
+    degenerate:
+      description: Whether the failure kind is C(degenerate) (never the fault of the probe).
+      type: bool
+      sample: true
     latency_s:
       description: Seconds the last attempt took.
       type: float
@@ -632,6 +646,7 @@ def main() -> None:
         entry = {
             "name": probe.name,
             **verdict.to_dict(),
+            **verdict.classification(),
             "latency_s": max(answer.latency_s for answer in answers),
             "attempts": max(answer.attempts for answer in answers),
             **extra,

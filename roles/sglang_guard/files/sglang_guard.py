@@ -517,6 +517,7 @@ def check_replica(
             {
                 "name": probe.name,
                 **verdict.to_dict(),
+                **verdict.classification(),
                 "latency_s": answer.latency_s,
                 "attempts": answer.attempts,
             }
