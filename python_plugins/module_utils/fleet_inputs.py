@@ -336,6 +336,8 @@ POSITIVE_SUFFIXES = (
     "_fail_after",
     "_recover_after",
     "_failure_threshold",
+    "_breaker_failures",
+    "_backoff_ms",
     "_max_workers",
     "_concurrency",
 )

@@ -57,5 +57,6 @@ def test_rate_paces_the_requests(tmp_path: Path) -> None:
 def test_max_requests_ends_a_paced_run_and_wrong_answers_are_failures(tmp_path: Path) -> None:
     with serving(router(GARBAGE)) as url:
         report = loadgen(url, tmp_path, "--rate", "20", "--max-requests", "5")
-    assert report["requests"] == report["failed"] == 5, report
+    assert report["requests"] == report["failed"] == report["wrong_answers"] == 5, report
+    assert report["failed_requests"] == 0 and len(report["wrong_at_s"]) == 5, report
     assert report["seconds"] < 5, report
