@@ -615,13 +615,14 @@ def decide_cycle(
                 state.consecutive_passes = 0  # back only after M fresh passes, as any replica taken out
                 lines.append(render_note(url, f"{ROUTER_UNHEALTHY}: taking it out at once"))
             state.router_unhealthy = sick
-        state.held = url in held
+        was_held, state.held = state.held, url in held
         if state.held:
             state.verdict = HELD
             state.symptom = ""
             state.consecutive_failures = state.consecutive_passes = 0
             state.failed_probes, state.unprobed, state.kept_by = {}, False, ""
-            lines.append(render_verdict(state))
+            if not was_held or fresh is None or url in fresh:  # once per interval, not at every decision
+                lines.append(render_verdict(state))
         elif url in verdicts:
             passed, symptom, *rest = verdicts[url]
             judgement = rest[0] if rest else Judgement(passed, {}, None if passed else BROKEN, passed)

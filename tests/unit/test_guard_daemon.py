@@ -9,6 +9,7 @@ without it they are skipped, and say so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -88,7 +89,9 @@ class Fleet:
     """The router's workers and each replica's behaviour; records every request."""
 
     url: str = ""
-    modes: dict[str, str] = field(default_factory=dict)  # healthy | nan | echo | slow | capture
+    modes: dict[str, str] = field(
+        default_factory=dict
+    )  # healthy | nan | echo | slow | capture | hang | error
     capture: str = ""  # the capture a 'capture' replica answers chats with
     router_echo: bool = False  # the router answers GET /workers with an error quoting the bare key
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -203,6 +206,12 @@ def _handler(fleet: Fleet) -> type[JsonHandler]:
         def _chat(self, mode: str, body: Any) -> None:
             if mode == "slow":
                 time.sleep(3)
+            if mode == "hang":  # no answer until the client's deadline (the server stops it at teardown)
+                self.server.stopping.wait(60)  # type: ignore[attr-defined]
+                return
+            if mode == "error":  # an answer that cannot be judged: broken, not degenerate
+                self.reply(500, b'{"object": "error", "message": "Internal server error"}')
+                return
             if mode == "trickle":  # a 200 whose body never finishes, a byte every 0.1 s
                 self.trickle(TRICKLE_BODY)
                 return
@@ -735,6 +744,195 @@ def test_a_stop_during_slow_probes_abandons_the_cycle(fleet: Fleet, tmp_path: Pa
     assert guard.cycle() is None
     assert time.monotonic() - started < 2.0 and guard.abandoned == 1
     assert not (tmp_path / "state" / "state.json").exists()
+
+
+# --- At fleet scale: each replica on its own schedule, the removal cap, the router's health
+
+
+FOUR_ONLY = [
+    dict(judge.DEFAULT_PROBES[0])
+]  # one probe per check: 128 replicas fit a 2-CPU machine's interval
+
+
+@dataclass
+class Journal:
+    """The guard's journal lines, each with the monotonic time it was written."""
+
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    def __call__(self, line: str) -> None:
+        self.lines.append((time.monotonic(), line))
+
+    def find(self, text: str) -> list[float]:
+        return [at for at, line in list(self.lines) if text in line]
+
+
+def wait_for(what: str, condition: Any, timeout: float) -> Any:
+    """Poll ``condition`` until it is true (returned) or ``timeout`` seconds pass (the test fails)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def running_guard(guard: Any) -> threading.Thread:
+    thread = threading.Thread(target=guard.run_forever, daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_guard(guard: Any, thread: threading.Thread) -> None:
+    guard.stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def fleet_of(count: int, special: dict[str, str]) -> dict[str, str]:
+    modes = {f"r{number:03d}": "healthy" for number in range(count)}
+    modes.update(special)
+    return modes
+
+
+def test_a_hanging_replica_delays_no_other_verdict_at_fleet_scale(fleet: Fleet, tmp_path: Path) -> None:
+    """128 replicas, one hanging until its timeout, one poisoned: the poisoned one is out within K + 1
+    intervals (its K verdicts, plus one interval of slack for the first round's 128 checks at once)."""
+    interval = 3.0
+    modes = fleet_of(128, {"r010": "hang", "r020": "nan"})
+    fleet.start(modes)
+    journal = Journal()
+    guard = make_guard(
+        fleet, tmp_path, list(modes), interval=interval, timeout=20, model="default", probes=FOUR_ONLY
+    )
+    guard.out = journal
+    poisoned, hanging = fleet.replica("r020"), fleet.replica("r010")
+    started = time.monotonic()
+    thread = running_guard(guard)
+    try:
+        (out,) = wait_for(
+            "the poisoned replica out",
+            lambda: journal.find(f"transition replica={poisoned} out "),
+            4 * interval,
+        )
+    finally:
+        stop_guard(guard, thread)
+    assert out - started <= (guard.config.fail_after + 1) * interval, out - started
+    assert fleet.registered() == {fleet.replica(name) for name in modes} - {poisoned}
+    assert fleet.count("DELETE", "/router") == 1 <= guard.cap
+    # The hanging replica was asked once and never again while its check ran; it has no verdict yet.
+    assert fleet.count("POST", "/r010/") == 1 and guard.states[hanging].verdict is None
+    assert len(journal.find(f"verdict replica={poisoned} result=fail")) == guard.config.fail_after
+
+
+def test_127_of_128_failing_are_taken_out_at_most_the_cap_per_interval(fleet: Fleet, tmp_path: Path) -> None:
+    """127 replicas answer HTTP 500 (not degenerate: the cap applies), one is healthy. At most the cap (half
+    the fleet, 64) goes out per interval, each one held in by the cap alerts, and the healthy one stays."""
+    interval = 2.0
+    modes = fleet_of(128, {f"r{number:03d}": "error" for number in range(1, 128)})
+    fleet.start(modes)
+    journal = Journal()
+    registry = None
+    metrics = None
+    with contextlib.suppress(ImportError):
+        import prometheus_client
+
+        registry = prometheus_client.CollectorRegistry()
+        metrics = GUARD.Metrics(registry)
+    guard = make_guard(
+        fleet,
+        tmp_path,
+        list(modes),
+        metrics=metrics,
+        interval=interval,
+        model="default",
+        probes=FOUR_ONLY,
+        workers=128,
+    )
+    guard.out = journal
+    assert guard.cap == 64
+    thread = running_guard(guard)
+    try:
+        wait_for("the cap to hold replicas in", lambda: journal.find("removal cap is reached"), 5 * interval)
+        if registry is not None:
+            held_in = wait_for(
+                "the metric of the replicas the cap holds in",
+                lambda: sum(
+                    registry.get_sample_value(
+                        "glm5_guard_kept_in", {"replica": fleet.replica(name), "rule": "removal-cap"}
+                    )
+                    or 0
+                    for name in modes
+                ),
+                5 * interval,
+            )
+            assert 0 < held_in <= 127 - 64
+        wait_for("127 replicas out", lambda: len(fleet.registered()) == 1, 8 * interval)
+    finally:
+        stop_guard(guard, thread)
+    assert fleet.registered() == {fleet.replica("r000")}  # the healthy one stays
+    outs = sorted(journal.find(" out after "))
+    assert len(outs) == 127
+    for at in outs:  # never more than the cap within one interval (less a little for the clock of the log)
+        assert sum(1 for other in outs if at - interval + 0.1 < other <= at) <= guard.cap, at
+    assert outs[-1] - outs[0] >= interval - 0.1  # the rest had to wait for the next interval
+    alerts = [line for _, line in journal.lines if line.startswith("alert ") and "removal cap" in line]
+    assert alerts and all("the removal cap is reached (64 per interval of 128 replicas)" in a for a in alerts)
+
+
+def test_a_replica_the_router_reports_unhealthy_goes_out_at_once_and_back_only_after_m_passes(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    interval = 2.0
+    modes = {"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "healthy"}
+    fleet.start(modes)
+    c_id = fleet.worker_id("gpu-c")
+    fleet.workers[c_id]["is_healthy"] = False  # never reported healthy yet (just registered): left alone
+    journal = Journal()
+    guard = make_guard(fleet, tmp_path, list(modes), interval=interval, router_poll=0.1, recover_after=2)
+    guard.out = journal
+    b = fleet.replica("gpu-b")
+    thread = running_guard(guard)
+    try:
+        wait_for(
+            "a first verdict on b", lambda: journal.find(f"verdict replica={b} result=pass"), 4 * interval
+        )
+        wait_for("a router poll after it", lambda: fleet.count("GET", "/router/workers") >= 3, interval)
+        with fleet.lock:
+            fleet.workers[fleet.worker_id("gpu-b")]["is_healthy"] = False  # its engine stopped
+            flagged = time.monotonic()
+        (out,) = wait_for(
+            "b out on the router's word",
+            lambda: journal.find(f"transition replica={b} out at once"),
+            interval,
+        )
+        assert out - flagged < interval  # before its next check could have told
+        assert journal.find(f"note replica={b} router health check failed")
+        deleted = fleet.count("POST", "/gpu-b/")
+        # Its engine is back (it still answers well): only M passing verdicts put it back.
+        wait_for("b back in the router", lambda: b in fleet.registered(), 5 * interval)
+        assert fleet.count("POST", "/gpu-b/") - deleted >= guard.config.recover_after
+        assert journal.find(f"transition replica={b} in after 2 passed verdicts")
+    finally:
+        stop_guard(guard, thread)
+    assert fleet.replica("gpu-c") in fleet.registered()
+    assert [path for path, _, _ in fleet.calls("DELETE", "/router")] != [f"/router/workers/{c_id}"]
+    assert not [p for p, _, _ in fleet.calls("DELETE", "/router") if p.endswith(c_id)]
+
+
+def test_a_typo_in_a_probe_takes_no_replica_out(fleet: Fleet, tmp_path: Path, capsys: Any) -> None:
+    """Every replica fails the same probe with sound answers: the probe is suspect, the replicas stay in."""
+    modes = {"gpu-a": "healthy", "gpu-b": "healthy", "gpu-c": "healthy"}
+    typo = [{**dict(judge.DEFAULT_PROBES[0]), "expect": "^five$"}]
+    guard = start_guard(fleet, tmp_path, modes, model="default", probes=typo)
+    for _ in range(3):
+        report = guard.cycle()
+    assert fleet.count("DELETE", "/router") == 0
+    assert {action.kind for action in report.actions} == {"alert"}
+    assert {state.kept_by for state in guard.states.values()} == {"suspect-probe"}
+    out = capsys.readouterr().out
+    assert "every replica judged fails probe '2+2' with sound answers: the probe is suspect" in out
 
 
 # --- The guard's verdict is the module's verdict

@@ -2,25 +2,32 @@
 """sglang-guard: ask every replica real questions on a schedule; take the bad ones out of the router.
 
 A NaN-poisoned sglang keeps ``/health`` at 200 and answers ``!!!!``; neither sglang nor the router (smg) looks
-at what a replica answers. This daemon runs on the router host. Every ``interval`` seconds it:
+at what a replica answers. This daemon runs on the router host. It:
 
-1. reads the router's worker list (``GET /workers``, admin key);
-2. reads the drain markers (holds) that the rolling update writes to ``hold_dir`` (one file per held replica,
-   its URL on the first line);
-3. asks each replica that is not held the inference-check probes (``judge_probes``), concurrently, straight
-   at its ``/v1/chat/completions`` (not through the router), and judges the answers with ``judge_verdict``,
-   the judge of the ``sglang_inference_check`` Ansible module, with the module's request shape and retries;
-4. lets ``guard_policy`` decide (out after ``fail_after`` failed verdicts in a row; back after
-   ``recover_after`` passes whoever took it out, so a router restarted empty is refilled; never the last
-   healthy replica; never a held one: a hold is the only way to keep a passing replica out);
-5. calls the router (``DELETE /workers/{id}``, ``POST /workers``), writes one journal line per verdict and
-   transition to stdout, updates the Prometheus metrics (``glm5_guard_*``) and saves its state atomically.
+1. reads the router's worker list (``GET /workers``, admin key) and the drain markers (holds) that the rolling
+   update writes to ``hold_dir`` (one file per held replica, its URL on the first line) every ``router_poll``
+   seconds (default 1: one request whatever the fleet's size);
+2. asks each replica that is not held the inference-check probes (``judge_probes``) every ``interval``
+   seconds on the replica's own schedule, at most ``workers`` replicas at once, straight at its
+   ``/v1/chat/completions`` (not through the router), and judges the answers with ``judge_verdict``, the
+   judge of the ``sglang_inference_check`` Ansible module, with the module's request shape and retries. A
+   replica whose check is still running is not asked again, and no replica waits for another's answer;
+3. lets ``guard_policy`` decide the moment a verdict arrives, and at every router poll (out after
+   ``fail_after`` failed verdicts in a row, or at once when the router reports a replica's engine unhealthy;
+   back after ``recover_after`` passes whoever took it out, so a router restarted empty is refilled; the one
+   removal policy of the guard and the validate gate: degenerate answers always out, a probe every replica
+   fails with sound answers suspected instead of the replicas, at most ``max_removal_fraction`` of the
+   replicas out per interval, never the last healthy replica; never a held one);
+4. calls the router (``DELETE /workers/{id}``, ``POST /workers``), writes one journal line per verdict,
+   transition and alert to stdout, updates the Prometheus metrics (``glm5_guard_*``) and saves its state
+   atomically.
 
 When the router listing or the holds cannot be read, the replicas are still judged and reported, but the
-router is left alone for that cycle.
+router is left alone until they can.
 
-Usage: ``sglang_guard.py --config /etc/sglang-guard/guard.json [--once]``. ``--once`` runs one cycle (router
-actions included), prints the states as JSON and exits 0; it starts no metrics server.
+Usage: ``sglang_guard.py --config /etc/sglang-guard/guard.json [--once]``. ``--once`` runs one cycle (every
+replica once, router actions included; the cycle counts as one interval for the cap), prints the states as
+JSON and exits 0; it starts no metrics server.
 
 Secrets come only from the environment (a systemd EnvironmentFile), never from the config:
 ``SGLANG_GUARD_ROUTER_ADMIN_KEY`` (router admin API), ``SGLANG_GUARD_SERVER_API_KEY`` (Bearer for the
@@ -49,7 +56,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +79,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "interval": 60,
     "fail_after": guard_policy.DEFAULT_FAIL_AFTER,
     "recover_after": guard_policy.DEFAULT_RECOVER_AFTER,
+    "max_removal_fraction": guard_policy.DEFAULT_MAX_REMOVAL_FRACTION,
+    "router_poll": 1,  # seconds between two reads of the router's worker list (the router health fast path)
+    "workers": 64,  # replicas checked at once, at most
     "probes": None,  # None: judge_probes.DEFAULT_PROBES
     "timeout": 120,
     "logprobs": True,
@@ -120,6 +130,9 @@ class Config:
     interval: float = 60
     fail_after: int = guard_policy.DEFAULT_FAIL_AFTER
     recover_after: int = guard_policy.DEFAULT_RECOVER_AFTER
+    max_removal_fraction: float = guard_policy.DEFAULT_MAX_REMOVAL_FRACTION
+    router_poll: float = 1
+    workers: int = 64
     timeout: float = 120
     logprobs: bool = True
     model: str | None = None
@@ -167,7 +180,14 @@ class Config:
             guard_policy.check_thresholds(data["fail_after"], data["recover_after"])
         except guard_policy.PolicyError as exc:
             raise ConfigError(str(exc)) from None
-        for key in ("interval", "timeout"):
+        try:
+            guard_policy.check_fraction(data["max_removal_fraction"])
+        except guard_policy.PolicyError as exc:
+            raise ConfigError(str(exc)) from None
+        workers = data["workers"]
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ConfigError(f"'workers' must be an integer of at least 1, got {workers!r}")
+        for key in ("interval", "timeout", "router_poll"):
             value = data[key]
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"'{key}' must be a number of seconds above 0, got {value!r}")
@@ -189,6 +209,9 @@ class Config:
             interval=float(data["interval"]),
             fail_after=data["fail_after"],
             recover_after=data["recover_after"],
+            max_removal_fraction=float(data["max_removal_fraction"]),
+            router_poll=float(data["router_poll"]),
+            workers=workers,
             timeout=float(data["timeout"]),
             logprobs=data["logprobs"],
             model=data["model"],
@@ -565,6 +588,15 @@ def read_holds(hold_dir: str | os.PathLike[str]) -> tuple[set[str] | None, list[
     return (None if unreadable else held), problems
 
 
+def router_healthy_urls(listing: Mapping[str, Any]) -> set[str]:
+    """URLs the router lists and reports healthy (``is_healthy`` true or absent)."""
+    return {
+        normalize_url(str(worker.get("url", "")))
+        for worker in listing.get("workers") or []
+        if isinstance(worker, Mapping) and worker.get("is_healthy", True) is not False
+    }
+
+
 def registered_urls(listing: Mapping[str, Any]) -> set[str]:
     """URLs the router lists and is not draining (a DELETEd worker shows ``draining`` for a few seconds)."""
     return {
@@ -621,13 +653,23 @@ class Metrics:
         )
         self.failures = gauge("glm5_guard_consecutive_failures", "Failed verdicts in a row", "replica")
         self.alerts = counter(
-            "glm5_guard_alerts", "Removals refused because they would leave no healthy replica", "replica"
+            "glm5_guard_alerts",
+            "Removals refused by a rule (never the last healthy replica, the removal cap, a suspect probe)",
+            "replica",
         )
+        self.kept_in = gauge(
+            "glm5_guard_kept_in",
+            "1 while a rule keeps a failing replica in the router (last-healthy, removal-cap, suspect-probe)",
+            "replica",
+            "rule",
+        )
+        self.removal_cap = gauge("glm5_guard_removal_cap", "Removals allowed per interval (not degenerate)")
         self.healthy = gauge("glm5_guard_healthy_replicas", "Replicas registered and passing")
         self.router_up = gauge("glm5_guard_router_up", "1 when the last router listing was read")
         self.cycle_seconds = gauge("glm5_guard_cycle_seconds", "Duration of the last cycle")
         self.last_cycle = gauge("glm5_guard_last_cycle_timestamp_seconds", "Unix time the last cycle ended")
         self._symptoms: dict[str, str] = {}
+        self._kept: dict[str, str] = {}
         self._counted: dict[tuple[str, ...], int] = {}
 
     def serve(self, host: str, port: int) -> None:
@@ -644,7 +686,9 @@ class Metrics:
             counter.labels(*labels).inc(max(total - (done or 0), 0))
             self._counted[key] = max(total, done or 0)
 
-    def update(self, states: Mapping[str, guard_policy.ReplicaState], router_up: bool) -> None:
+    def update(
+        self, states: Mapping[str, guard_policy.ReplicaState], router_up: bool, cap: int | None = None
+    ) -> None:
         """Set every per-replica metric from the states, and the fleet-wide gauges."""
         for url, state in states.items():
             if state.verdict in (guard_policy.PASS, guard_policy.FAIL):
@@ -670,12 +714,25 @@ class Metrics:
             self._inc_to(self.transitions, "transitions", (url, "out"), state.transitions_out)
             self._inc_to(self.transitions, "transitions", (url, "in"), state.transitions_in)
             self._inc_to(self.alerts, "alerts", (url,), state.alerts)
+            rule = self._kept.get(url)
+            if rule is not None and rule != state.kept_by:
+                _remove(self.kept_in, url, rule)
+                del self._kept[url]
+            if state.kept_by:
+                self.kept_in.labels(url, state.kept_by).set(1)
+                self._kept[url] = state.kept_by
         self.healthy.set(len(guard_policy.healthy_replicas(states)))
         self.router_up.set(int(router_up))
+        if cap is not None:
+            self.removal_cap.set(cap)
 
     def cycle_done(self, seconds: float, timestamp: float) -> None:
-        """Record the last cycle's duration and end time."""
+        """Record the duration of the last check (of a cycle, or of one replica) and when it ended."""
         self.cycle_seconds.set(seconds)
+        self.last_cycle.set(timestamp)
+
+    def alive(self, timestamp: float) -> None:
+        """The daemon's loop read the router and decided at ``timestamp``: it is not stuck."""
         self.last_cycle.set(timestamp)
 
 
@@ -726,6 +783,7 @@ class Guard:
         retries: int = judge_probes.DEFAULT_RETRIES,
         retry_delay: float = judge_probes.DEFAULT_RETRY_DELAY,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.secrets = secrets
@@ -738,8 +796,19 @@ class Guard:
         self.states: dict[str, guard_policy.ReplicaState] = {
             url: guard_policy.ReplicaState(url=url) for url in config.replicas
         }
+        self.monotonic = monotonic
         self.router_up = False
         self.abandoned = 0  # probe threads left running by a stop in the middle of a cycle
+        self.listing: dict[str, Any] | None = None  # the router's last GET /workers answer (None: unreadable)
+        self.registered: set[str] | None = (
+            None  # URLs it lists and is not draining, as far as the guard knows
+        )
+        self.unhealthy: set[str] = set()  # registered, reported unhealthy after having been reported healthy
+        self.seen_healthy: set[str] = set()  # registered and reported healthy since registered
+        self.held: set[str] = set()
+        self.removals: list[float] = []  # monotonic times of the capped removals (the cap's sliding window)
+        self.cap = guard_policy.removal_cap(len(config.replicas), config.max_removal_fraction)
+        self._logged: dict[str, float] = {}  # line -> when log_once wrote it
 
     # -- output and state
 
@@ -750,6 +819,14 @@ class Guard:
             self.out(text)
         else:
             print(text, flush=True)
+
+    def log_once(self, line: str) -> None:
+        """:meth:`log`, but the same line at most once per ``interval`` (the router is read every second)."""
+        now = self.monotonic()
+        self._logged = {text: at for text, at in self._logged.items() if now - at < self.config.interval}
+        if line not in self._logged:
+            self._logged[line] = now
+            self.log(line)
 
     def load_state(self) -> None:
         """Load the saved states of the configured replicas (streaks and counters survive a restart)."""
@@ -831,6 +908,9 @@ class Guard:
         timeout, verify = self._router_timeout(), self.config.verify
         if action.kind == guard_policy.REMOVE:
             worker = fleet_topology.find_worker(listing, action.url)
+            if worker is None:  # registered since the last poll (the guard put it back): read again
+                fresh, _ = self.read_router()
+                worker = fleet_topology.find_worker(fresh or {}, action.url)
             if worker is None or "id" not in worker:
                 return False, "the router no longer lists it (someone else took it out)"
             worker_id = urllib.parse.quote(str(worker["id"]), safe="")
@@ -863,24 +943,29 @@ class Guard:
     def check(self, url: str) -> ReplicaCheck:
         """Probe one replica with the configured probes."""
         config = self.config
-        return check_replica(
-            url,
-            config.probes,
-            api_key=self.secrets.server_api_key,
-            model=config.model,
-            logprobs=config.logprobs,
-            timeout=config.timeout,
-            verify=config.replica_verify,
-            retries=self.retries,
-            retry_delay=self.retry_delay,
-            stop=self.stop,
-        )
+        try:
+            return check_replica(
+                url,
+                config.probes,
+                api_key=self.secrets.server_api_key,
+                model=config.model,
+                logprobs=config.logprobs,
+                timeout=config.timeout,
+                verify=config.replica_verify,
+                retries=self.retries,
+                retry_delay=self.retry_delay,
+                stop=self.stop,
+            )
+        except Exception as exc:  # a bug must not cost the verdicts of the others
+            return ReplicaCheck(url, False, f"the guard could not check it ({type(exc).__name__}: {exc})")
 
     def probe_all(self, urls: Sequence[str]) -> dict[str, ReplicaCheck] | None:
-        """Probe the replicas concurrently; None when a stop was requested before they all answered."""
+        """Probe the replicas concurrently (at most ``workers`` at once); None when a stop was requested
+        before they all answered."""
         if not urls:
             return {}
-        executor = ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="guard-probe")
+        workers = min(self.config.workers, len(urls))
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="guard-probe")
         futures = {executor.submit(self.check, url): url for url in urls}
         pending = set(futures)
         while pending:
@@ -890,57 +975,67 @@ class Guard:
                 executor.shutdown(wait=False, cancel_futures=True)
                 return None
         executor.shutdown(wait=True)
-        checks: dict[str, ReplicaCheck] = {}
-        for future, url in futures.items():
-            try:
-                checks[url] = future.result()
-            except Exception as exc:  # a bug must not cost the verdicts of the others
-                checks[url] = ReplicaCheck(
-                    url, False, f"the guard could not check it ({type(exc).__name__}: {exc})"
-                )
-        return checks
+        return {url: future.result() for future, url in futures.items()}
 
-    # -- one cycle
+    # -- the router's word and the holds
 
-    def cycle(self) -> CycleReport | None:
-        """Read the router and the holds, probe, decide, act, log, export, save. None if stopped midway."""
-        started = time.monotonic()
+    def poll(self) -> None:
+        """Read the router's worker list and the holds into ``listing``, ``registered``, ``unhealthy`` and
+        ``held`` (``registered`` None when either cannot be read: no router actions then)."""
         config = self.config
         listing, router_error = self.read_router()
         if router_error is not None:
-            self.log(
+            self.log_once(
                 f"router unreachable at {config.router_url}: {router_error}; no router actions this cycle"
             )
+        self.listing = listing
+        self.router_up = listing is not None
         registered = registered_urls(listing) if listing is not None else None
-
+        if listing is not None and registered is not None:
+            healthy_now = router_healthy_urls(listing) & registered
+            self.seen_healthy = (self.seen_healthy & registered) | healthy_now
+            self.unhealthy = (registered - healthy_now) & self.seen_healthy
         holds, problems = read_holds(config.hold_dir)
         for problem in problems:
-            self.log(f"holds: {problem}")
+            self.log_once(f"holds: {problem}")
         if holds is None:
-            self.log("holds: unknown, so no router actions this cycle")
+            self.log_once("holds: unknown, so no router actions this cycle")
             registered = None
-        held = {url for url in config.replicas if url in (holds or ())}
+        self.held = {url for url in config.replicas if url in (holds or ())}
+        self.registered = registered
 
-        checks = self.probe_all([url for url in config.replicas if url not in held])
-        if checks is None:
-            self.log(
-                f"stop requested during the probes; {self.abandoned} replica checks abandoned, no actions"
-            )
-            return None
+    # -- decisions
+
+    def decide(
+        self,
+        checks: Mapping[str, ReplicaCheck],
+        fresh: set[str] | None,
+        budget: int | None = None,
+    ) -> tuple[list[guard_policy.Action], list[tuple[guard_policy.Action, bool, str]]]:
+        """Apply the policy to the verdicts of ``checks`` (the replicas in ``fresh`` may be acted on; None:
+        all), make the router calls, log, export, save. Returns (actions, done)."""
+        config = self.config
         secrets = self.secrets.values()
-        for check in checks.values():
+        verdicts: dict[str, tuple[bool, str, guard_policy.Judgement]] = {}
+        for url, check in checks.items():
             check.symptom = guard_policy.scrub(check.symptom, secrets)
-        verdicts = {url: (check.passed, check.symptom) for url, check in checks.items()}
-
+            judgement = guard_policy.Judgement.from_probes(check.passed, check.probes)
+            verdicts[url] = (check.passed, check.symptom, judgement)
+        if budget is None:
+            budget = guard_policy.removal_budget(self.removals, self.monotonic(), config.interval, self.cap)
         decision = guard_policy.decide_cycle(
             self.states,
             verdicts,
-            registered,
-            held,
+            self.registered,
+            self.held,
             config.fail_after,
             config.recover_after,
             now=self.clock(),
             replicas=config.replicas,
+            budget=budget,
+            cap=self.cap,
+            unhealthy=self.unhealthy,
+            fresh=fresh,
         )
         for line in decision.lines:
             self.log(line)
@@ -950,37 +1045,109 @@ class Guard:
             if action.kind == guard_policy.ALERT:
                 done.append((action, True, ""))
                 continue
-            ok, detail = self.execute(action, listing or {})
+            ok, detail = self.execute(action, self.listing or {})
             done.append((action, ok, guard_policy.scrub(detail, secrets)))
             states[action.url], lines = guard_policy.apply_outcome(states[action.url], action, ok, detail)
             for line in lines:
                 self.log(line)
-
+            if ok and self.registered is not None:  # what the router lists now, until the next poll
+                if action.kind == guard_policy.REMOVE:
+                    self.registered.discard(action.url)
+                    self.unhealthy.discard(action.url)
+                    if action.capped:
+                        self.removals.append(self.monotonic())
+                else:
+                    self.registered.add(action.url)
+        self.removals = [t for t in self.removals if self.monotonic() - t < config.interval]
         self.states = states
-        self.router_up = listing is not None
         if self.metrics is not None:
-            self.metrics.update(states, self.router_up)
-        self.save_state()
+            self.metrics.update(states, self.router_up, self.cap)
+        if checks or decision.lines or decision.actions:
+            self.save_state()
+        return decision.actions, done
+
+    # -- one cycle (--once, and tests): every replica once, then one decision
+
+    def cycle(self) -> CycleReport | None:
+        """Read the router and the holds, probe every replica not held, decide, act, log, export, save. A
+        cycle is one interval: the removal cap applies to it whole. None if stopped midway."""
+        started = time.monotonic()
+        self.poll()
+        checks = self.probe_all([url for url in self.config.replicas if url not in self.held])
+        if checks is None:
+            self.log(
+                f"stop requested during the probes; {self.abandoned} replica checks abandoned, no actions"
+            )
+            return None
+        actions, done = self.decide(checks, None, budget=self.cap)
         seconds = time.monotonic() - started
         if self.metrics is not None:
             self.metrics.cycle_done(seconds, self.clock())
-        return CycleReport(self.router_up, states, checks, decision.actions, done, seconds)
+        return CycleReport(self.router_up, self.states, checks, actions, done, seconds)
 
-    def run_forever(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        """Cycle on the ``interval`` grid until ``stop`` is set. A failing cycle is logged, not fatal."""
-        tick = monotonic()
-        while not self.stop.is_set():
-            try:
-                self.cycle()
-            except Exception as exc:  # keep guarding: the next cycle may work
-                self.log(f"cycle failed: {type(exc).__name__}: {exc}")
-            if self.stop.is_set():
-                break
-            tick, skipped = next_tick(tick, self.config.interval, monotonic())
-            if skipped:
-                interval = self.config.interval
-                self.log(f"the cycle took longer than the interval ({interval:g} s): {skipped} ticks skipped")
-            self.stop.wait(max(tick - monotonic(), 0))
+    # -- the daemon: each replica on its own schedule
+
+    def run_forever(self) -> None:
+        """Until ``stop``: each replica is checked every ``interval`` seconds on its own grid, at most
+        ``workers`` at once, and judged the moment its verdict arrives; a replica whose check is still
+        running is not dispatched again, so a slow or hanging replica delays no other. The router's worker
+        list and the holds are read every ``router_poll`` seconds (the router-health fast path). A failing
+        step is logged, not fatal."""
+        config = self.config
+        wake = threading.Event()
+        pool = ThreadPoolExecutor(
+            max_workers=min(config.workers, len(config.replicas)), thread_name_prefix="guard-probe"
+        )
+        start = self.monotonic()
+        due = dict.fromkeys(config.replicas, start)
+        running: dict[Future[ReplicaCheck], tuple[str, float]] = {}
+        next_poll = start
+        try:
+            while not self.stop.is_set():
+                now = self.monotonic()
+                try:
+                    if now >= next_poll:
+                        self.poll()
+                        self.decide({}, set())
+                        next_poll, _ = next_tick(next_poll, config.router_poll, self.monotonic())
+                        if self.metrics is not None:
+                            self.metrics.alive(self.clock())
+                    now = self.monotonic()
+                    busy = {url for url, _ in running.values()}
+                    held_due: set[str] = set()
+                    for url in config.replicas:
+                        if url in busy or due[url] > now:
+                            continue
+                        due[url], skipped = next_tick(due[url], config.interval, now)
+                        if url in self.held:
+                            held_due.add(url)
+                            continue
+                        if skipped:
+                            self.log(
+                                f"note replica={url} its last check outlasted the interval "
+                                f"({config.interval:g} s): {skipped} of its checks skipped"
+                            )
+                        future = pool.submit(self.check, url)
+                        running[future] = (url, now)
+                        future.add_done_callback(lambda _: wake.set())
+                    finished = [future for future in running if future.done()]
+                    checks = {}
+                    for future in finished:
+                        url, dispatched = running.pop(future)
+                        checks[url] = future.result()
+                        if self.metrics is not None:
+                            self.metrics.cycle_done(self.monotonic() - dispatched, self.clock())
+                    if checks or held_due:
+                        self.decide(checks, set(checks) | held_due)
+                except Exception as exc:  # keep guarding: the next step may work
+                    self.log(f"step failed: {type(exc).__name__}: {exc}")
+                idle = [due[url] for url in config.replicas if url not in {u for u, _ in running.values()}]
+                wait = min([next_poll, *idle]) - self.monotonic()
+                if wake.wait(max(min(wait, config.router_poll), 0.01)):
+                    wake.clear()
+        finally:
+            self.abandoned = sum(1 for future in running if not future.done())
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def scrub_data(data: Any, secrets: Sequence[str]) -> Any:
@@ -1044,6 +1211,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     guard.log(
         f"start: {len(config.replicas)} replicas, interval {config.interval:g} s, "
         f"fail_after {config.fail_after}, recover_after {config.recover_after}, "
+        f"removal cap {guard.cap} per interval, router poll {config.router_poll:g} s, "
+        f"{config.workers} checks at once, "
         f"router {config.router_url}, metrics on {config.metrics_host}:{config.metrics_port}, "
         f"{secrets.summary()}"
     )
