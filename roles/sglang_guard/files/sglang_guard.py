@@ -1099,7 +1099,10 @@ class Guard:
             max_workers=min(config.workers, len(config.replicas)), thread_name_prefix="guard-probe"
         )
         start = self.monotonic()
-        due = dict.fromkeys(config.replicas, start)
+        # The first checks spread evenly over the first interval, so the fleet is asked at an even pace, not
+        # in bursts of every replica at once.
+        spread = config.interval / len(config.replicas)
+        due = {url: start + number * spread for number, url in enumerate(config.replicas)}
         running: dict[Future[ReplicaCheck], tuple[str, float]] = {}
         next_poll = start
         try:
@@ -1118,15 +1121,12 @@ class Guard:
                     for url in config.replicas:
                         if url in busy or due[url] > now:
                             continue
-                        due[url], skipped = next_tick(due[url], config.interval, now)
+                        # Its next check an interval after this one starts; one that outlasts the interval is
+                        # followed by the next as soon as it ends, never by a second one beside it.
+                        due[url] = now + config.interval
                         if url in self.held:
                             held_due.add(url)
                             continue
-                        if skipped:
-                            self.log(
-                                f"note replica={url} its last check outlasted the interval "
-                                f"({config.interval:g} s): {skipped} of its checks skipped"
-                            )
                         future = pool.submit(self.check, url)
                         running[future] = (url, now)
                         future.add_done_callback(lambda _: wake.set())
@@ -1135,8 +1135,14 @@ class Guard:
                     for future in finished:
                         url, dispatched = running.pop(future)
                         checks[url] = future.result()
+                        took = self.monotonic() - dispatched
+                        if took > config.interval:
+                            self.log(
+                                f"note replica={url} its check took {took:.1f} s, longer than the interval "
+                                f"({config.interval:g} s); the next one starts now"
+                            )
                         if self.metrics is not None:
-                            self.metrics.cycle_done(self.monotonic() - dispatched, self.clock())
+                            self.metrics.cycle_done(took, self.clock())
                     if checks or held_due:
                         self.decide(checks, set(checks) | held_due)
                 except Exception as exc:  # keep guarding: the next step may work
