@@ -732,7 +732,7 @@ class Metrics:
         self.last_cycle.set(timestamp)
 
     def alive(self, timestamp: float) -> None:
-        """The daemon's loop read the router and decided at ``timestamp``: it is not stuck."""
+        """A replica's turn (a verdict, or a hold noted) ended at ``timestamp``: the guard is not stuck."""
         self.last_cycle.set(timestamp)
 
 
@@ -1113,8 +1113,6 @@ class Guard:
                         self.poll()
                         self.decide({}, set())
                         next_poll, _ = next_tick(next_poll, config.router_poll, self.monotonic())
-                        if self.metrics is not None:
-                            self.metrics.alive(self.clock())
                     now = self.monotonic()
                     busy = {url for url, _ in running.values()}
                     held_due: set[str] = set()
@@ -1145,6 +1143,8 @@ class Guard:
                             self.metrics.cycle_done(took, self.clock())
                     if checks or held_due:
                         self.decide(checks, set(checks) | held_due)
+                        if self.metrics is not None:  # some replica's turn ended: the guard is not stuck
+                            self.metrics.alive(self.clock())
                 except Exception as exc:  # keep guarding: the next step may work
                     self.log(f"step failed: {type(exc).__name__}: {exc}")
                 idle = [due[url] for url in config.replicas if url not in {u for u, _ in running.values()}]
