@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.glm5.deploy.plugins.module_utils.guard_policy import (
+    GATE_ABSENT,
+    GATE_PRESENT,
+    RULE_CAP,
+    RULE_LAST,
+    RULE_SUSPECT,
+)
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import EVIDENCE_PROVEN
 
 COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated", "router")
@@ -39,22 +46,78 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         "release": str(hostvars.get("sglang_release_name") or "-"),
         "profile": _profile(hostvars.get("sglang_launch")),
         "validated": validated,
-        "router": router_cell(hostvars.get("sglang_router_replica"), validation),
+        "router": router_cell(hostvars.get("sglang_router_replica"), validation, gate_entry(host, hostvars)),
     }
 
 
-def router_cell(routed: object, validation: Mapping[str, Any] | None) -> str:
-    """Where validate.yml left the host's replica: ``in``, ``out of the router: <symptom>``, or ``-``.
+def gate_entry(host: str, hostvars: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """(the host's entry of the validate gate's plan, the suspect probes): ``({}, [])`` without a gate."""
+    gate = hostvars.get("sglang_validate_gate")
+    if not isinstance(gate, Mapping):
+        return {}, []
+    entry = (gate.get("hosts") or {}).get(host)
+    return (entry if isinstance(entry, Mapping) else {}), list(gate.get("suspects") or [])
 
-    ``routed`` is the fact validate.yml sets on a replica's rank 0 after routing it (``in`` or ``out``); any
-    other host, or a run that did not route, shows ``-``.
+
+def kept_words(rule: object, suspects: Iterable[str]) -> str | None:
+    """Why the gate left a failing replica where it was, or None when no rule did."""
+    if rule == RULE_CAP:
+        return "the removal cap (sglang_validate_max_removal_fraction) holds it in"
+    if rule == RULE_LAST:
+        return "it is the last healthy replica (the router is never emptied)"
+    if rule == RULE_SUSPECT:
+        names = ", ".join(f"'{name}'" for name in suspects) or "a probe"
+        return f"every replica judged failed probe {names} with sound answers: the probe is suspect, not it"
+    return None
+
+
+def router_cell(
+    routed: object,
+    validation: Mapping[str, Any] | None,
+    gate: tuple[Mapping[str, Any], list[str]] = ({}, []),
+) -> str:
+    """Where validate.yml left the host's replica: ``in``, ``out of the router: <symptom>``, ``not taken out
+    (<rule>): <symptom>``, or ``-``.
+
+    ``routed`` is the fact validate.yml sets on a replica's rank 0 after routing it (``in``, ``out`` or
+    ``kept``); ``gate`` the host's entry of the validate gate's plan and the suspect probes, which name the
+    rule that kept a failing replica where it was. Any other host, or a run that did not route, shows ``-``.
     """
+    symptom = _short((validation or {}).get("msg") or "inference check failed", ROUTER_SYMPTOM_CHARS)
     if routed == "in":
         return "in"
     if routed == "out":
-        symptom = _short((validation or {}).get("msg") or "inference check failed", ROUTER_SYMPTOM_CHARS)
         return f"out of the router: {symptom}"
+    if routed == "kept":
+        entry, suspects = gate
+        why = kept_words(entry.get("rule"), suspects) or "left as it was"
+        return f"not taken out ({why}): {symptom}"
     return "-"
+
+
+def failure_words(host: str, hostvars: Mapping[str, Mapping[str, Any]], routed: bool) -> str:
+    """The words summary.yml adds to a failed node's symptom: where its replica is and which rule decided,
+    the suspect probes, and whether any replica checked in the run passed. ``hostvars``: the play's hosts."""
+    own = hostvars[host]
+    words: list[str] = []
+    entry, suspects = gate_entry(host, own)
+    if routed:
+        state = entry.get("state")
+        if state == GATE_ABSENT or (not entry and own.get("sglang_router_replica") == "out"):
+            words.append("Out of the router.")
+        elif state != GATE_PRESENT:
+            why = kept_words(entry.get("rule"), suspects)
+            if why:
+                words.append(f"Not taken out of the router: {why}.")
+    if suspects:
+        names = ", ".join(f"'{name}'" for name in suspects)
+        words.append(
+            f"Suspect probe {names}: every replica judged failed it with otherwise sound answers - check its "
+            "expect (sglang_validate_probes); no replica's router state was changed for it."
+        )
+    if not proven_replicas(hostvars, hostvars):
+        words.append("No replica checked in this run passed.")
+    return " ".join(words)
 
 
 def proven_replicas(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
