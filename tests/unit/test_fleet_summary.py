@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
     COLUMNS,
+    failure_words,
     fleet_summary,
+    gate_entry,
     host_row,
+    router_cell,
 )
 
 SM120 = {
@@ -128,3 +131,55 @@ def test_proven_replicas_are_the_passed_checked_hosts() -> None:
     }
     assert proven_replicas(["a", "b", "c", "d"], hostvars) == ["a"]
     assert proven_replicas(["b", "d"], hostvars) == []
+
+
+# --- Where the validate gate left a failing replica, and why
+
+
+GATE = {
+    "hosts": {
+        "n1": {"state": "present", "rule": "passed"},
+        "n2": {"state": "absent", "rule": "degenerate"},
+        "n3": {"state": "unchanged", "rule": "removal-cap"},
+        "n4": {"state": "unchanged", "rule": "last-healthy"},
+    },
+    "suspects": [],
+}
+FAILED = {"passed": False, "msg": "n: probe '2+2': failed"}
+
+
+def facts(host: str, routed: str, gate: dict = GATE, passed: bool = False) -> dict:
+    result = {"passed": True} if passed else FAILED
+    return {"sglang_validate_result": result, "sglang_router_replica": routed, "sglang_validate_gate": gate}
+
+
+def test_the_router_column_names_the_rule_that_kept_a_failing_replica_in() -> None:
+    assert host_row("n3", facts("n3", "kept"))["router"].startswith(
+        "not taken out (the removal cap (sglang_validate_max_removal_fraction) holds it in): n: probe"
+    )
+    assert "it is the last healthy replica" in host_row("n4", facts("n4", "kept"))["router"]
+    assert host_row("n2", facts("n2", "out"))["router"].startswith("out of the router: n: probe '2+2'")
+    suspect = {"hosts": {"n5": {"state": "unchanged", "rule": "suspect-probe"}}, "suspects": ["2+2"]}
+    assert "failed probe '2+2' with sound answers: the probe is suspect" in router_cell(
+        "kept", FAILED, gate_entry("n5", {"sglang_validate_gate": suspect})
+    )
+
+
+def test_the_failure_words_say_where_the_replica_is_and_which_rule_decided() -> None:
+    hostvars = {h: facts(h, r) for h, r in (("n2", "out"), ("n3", "kept"), ("n4", "kept"))}
+    hostvars["n1"] = facts("n1", "in", passed=True)
+    assert failure_words("n2", hostvars, routed=True) == "Out of the router."
+    assert failure_words("n3", hostvars, routed=True).startswith(
+        "Not taken out of the router: the removal cap"
+    )
+    assert failure_words("n2", hostvars, routed=False) == ""
+    no_pass = {h: v for h, v in hostvars.items() if h != "n1"}
+    assert failure_words("n4", no_pass, routed=True).endswith("No replica checked in this run passed.")
+    # Facts of a run before the gate (no sglang_validate_gate): the routing fact alone decides.
+    old = {"n1": {"sglang_validate_result": FAILED, "sglang_router_replica": "out"}}
+    assert (
+        failure_words("n1", old, routed=True) == "Out of the router. No replica checked in this run passed."
+    )
+    suspect = {"hosts": {"n1": {"state": "unchanged", "rule": "suspect-probe"}}, "suspects": ["2+2"]}
+    words = failure_words("n1", {"n1": facts("n1", "kept", suspect)}, routed=True)
+    assert "Suspect probe '2+2': every replica judged failed it with otherwise sound answers" in words
