@@ -114,6 +114,34 @@ def _noop_row(fig: Mapping[str, Any], nodes: int) -> str | None:
     )
 
 
+def fail_stop_row(p6: dict[str, Any]) -> tuple[str, str]:
+    """(measured, ratios) of P6 since issue 40: the fail-stop's run beside the guard alone's, same load."""
+    f, g = p6["fail_stop"], p6["guard_alone"]
+    parts = [
+        f"{p6['nodes']} nodes; " if "nodes" in p6 else "",
+        f"{f['clients']} clients at {f['rate_per_s']} requests/s through the edge. ",
+        f"With the fail-stop: {f['requests']} requests, {f['wrong_answers']} wrong answers, ",
+        f"{f['failed_requests']} failed requests; NaN line {f['fault_to_nan_line_s']} s after the fault, ",
+        f"out of the router {f['fault_to_router_out_s']} s after it ",
+        f"(the guard's removal {f['fault_to_guard_out_s']} s), ",
+        f"back in by the guard after {f['fault_to_back_in_s']} s; ",
+        f"p99 {f['latency_p99_s']} s, max {f['latency_max_s']} s. ",
+        f"The guard alone (fail-stop off, interval {g['guard_interval_s']:.0f} s): ",
+        f"{g['requests']} requests, {g['wrong_answers']} wrong answers, ",
+        f"{g['failed_requests']} failed requests; out {g['fault_to_guard_out_s']} s after the fault; ",
+        f"fewest healthy workers {min(f['min_replicas_in_router'], g['min_replicas_in_router'])}",
+    ]
+    measured = "".join(parts)
+    ratio = (
+        g["fault_to_guard_out_s"] / f["fault_to_router_out_s"] if f["fault_to_router_out_s"] else float("inf")
+    )
+    ratios = (
+        f"wrong answers: {f['wrong_answers']} with the fail-stop vs {g['wrong_answers']} with the guard "
+        f"alone; fault to out: guard alone / fail-stop {ratio:.0f}x"
+    )
+    return measured, ratios
+
+
 def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
     """(figure, measured, ratio, date, command) for each figure present, P1..P4, P6, then P5."""
     out: list[tuple[str, str, str, str, str]] = []
@@ -190,7 +218,16 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
         )
         out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date"], p4["command"]))
     p6 = figures.get("P6")
-    if p6:
+    if p6 and "fail_stop" in p6:
+        out.append(
+            (
+                "P6 a node whose weights turn NaN while it serves",
+                *fail_stop_row(p6),
+                p6["date"],
+                p6["command"],
+            )
+        )
+    elif p6:
         g = p6["guard"]
         measured = (
             (f"{p6['nodes']} nodes behind the router; " if "nodes" in p6 else "")

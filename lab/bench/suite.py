@@ -13,9 +13,9 @@ Figures (each writes docs/benchmarks/<figure>.json; a figure not run keeps its l
   P4  checkpoint verify against a raw sequential read of the same 4 GiB of shards, in one run, and an
       unchanged re-verify (lab/bin/bench-checkpoint-verify).
   P5  `make test`, timed (about 50 minutes).
-  P6  the guard: tests/integration/test_serving_safety.py's poisoned-node test (a node swapped to the NaN copy
-      by hand under the load generator): time to take it out against the guard's interval, wrong answers
-      through the router before and after, time back in once fixed, the guard's CPU seconds per hour.
+  P6  a node whose weights turn NaN while it serves (tests/integration/test_serving_safety.py: swapped to the
+      NaN copy by hand under 4 clients): with the fail-stop (make test's test) and with the guard alone (the
+      bench-only test, fail-stop off), side by side: wrong answers, failed requests, time to out.
 Run from the project root through make (the Makefile exports PATH, CONTAINERS_CONF and ANSIBLE_CONFIG).
 The logs of every command go to build/bench/logs/. Benchmarks, not tests: nothing is asserted about time;
 a command that fails stops the suite, because its time would not be the figure's.
@@ -214,12 +214,22 @@ def p6(_sizes: list[int]) -> dict[str, Any]:
     nodes = len(hosts["all"]["children"]["sglang_nodes"]["hosts"])
     make("p6-lab-up", "lab-up", nodes)
     playbook("p6-site", nodes, "site.yml")
-    numbers = ROOT / ".ansible" / "guard-numbers.json"
-    numbers.unlink(missing_ok=True)
-    argv = ["-m", "pytest", "tests/integration/test_serving_safety.py", "-q", "-k", "guard_takes"]
-    run("p6-guard", [sys.executable, *argv])
-    record = json.loads(numbers.read_text(encoding="utf-8"))
-    return {**stamp("python " + " ".join(argv)), "nodes": nodes, "guard": record}
+    # The same scenario twice, under the same load: the fail-stop (make test's test), then the guard alone
+    # (the bench-only test serves the node with sglang_nan_fail_stop_off, and serves it as before afterwards).
+    records = {}
+    for key, selector in (
+        ("fail_stop", ["-k", "weights_turn_nan"]),
+        ("guard_alone", ["-m", "bench", "-k", "guard_alone"]),
+    ):
+        numbers = ROOT / ".ansible" / f"{key.replace('_', '-')}-numbers.json"
+        numbers.unlink(missing_ok=True)
+        argv = ["-m", "pytest", "tests/integration/test_serving_safety.py", "-q", *selector]
+        run(f"p6-{key}", [sys.executable, *argv])
+        records[key] = json.loads(numbers.read_text(encoding="utf-8"))
+    command = (
+        "python -m pytest tests/integration/test_serving_safety.py -q -k 'weights_turn_nan or guard_alone'"
+    )
+    return {**stamp(command), "nodes": nodes, **records}
 
 
 def plots(figures: dict[str, dict[str, Any]]) -> list[str]:

@@ -36,6 +36,7 @@ from conftest import (
     node_url,
     restore_nan_node,
     router_workers,
+    run_playbook_in,
 )
 
 GUARD = "lab-gateway"
@@ -362,6 +363,70 @@ def test_a_node_whose_weights_turn_nan_stops_and_no_client_gets_a_wrong_answer(
     out.write_text(json.dumps(numbers, indent=1) + "\n")
     with capsys.disabled():
         print(f"\nfail-stop: {json.dumps(numbers)}")
+
+
+@pytest.mark.bench
+def test_the_guard_alone_takes_a_garbage_node_out_and_puts_it_back(loadgen, tmp_path, capsys) -> None:
+    """The guard without the fail-stop (docs/benchmarks.md P6, beside the fail-stop's numbers; not in make
+    test): gpu-node-1 served again with sglang_nan_fail_stop_off, so that its engine answers NaN garbage with
+    /health green; the same 4 clients as the fail-stop test. The guard takes it out after K failed verdicts,
+    no wrong answer reaches a client once it is out, and it comes back after M passes once its healthy weights
+    are back. The node is served from the inventory again afterwards (fail-stop on)."""
+    run = run_playbook_in(
+        tmp_path, "playbooks/serve.yml", cmdline=f"--limit {NAN_NODE}",
+        extravars={"sglang_nan_fail_stop_off": {"cpu": "docs/benchmarks.md P6: the guard alone"}},
+    )  # fmt: skip
+    assert run.status == "successful", run.stats
+    try:
+        interval = guard_interval()
+        victim = node_url(NAN_NODE)
+        server_pid = lab(NAN_NODE, "systemctl show sglang -p MainPID --value").stdout.strip()
+        poisoned = swap_weights(poison=True)
+        try:
+            wait_for(
+                "the guard to take the node out", lambda: victim not in router_workers(), 10 * interval + 120
+            )
+            journal = guard_journal(poisoned - 1)
+            fails = [
+                t for t, line in journal if "verdict" in line and victim in line and "result=fail" in line
+            ]
+            outs = [t for t, line in journal if f"transition replica={victim} out " in line]
+            assert fails and outs, journal[-20:]
+        finally:
+            fixed = swap_weights(poison=False)
+        wait_for(
+            "the node back in the router, healthy",
+            lambda: router_workers().get(victim, {}).get("is_healthy"),
+            240 + 6 * interval,
+            every=2,
+        )
+        ins = [t for t, line in guard_journal(fixed - 1) if f"transition replica={victim} in " in line]
+        assert ins, guard_journal(fixed - 1)[-20:]
+        # The same server process all along: only its answers told the guard.
+        assert lab(NAN_NODE, "systemctl show sglang -p MainPID --value").stdout.strip() == server_pid
+        report = loadgen()
+    finally:
+        restore_nan_node(tmp_path, always=True)
+    start = report["started_epoch"]
+    wrong_after = [s for s in report["wrong_at_s"] if start + s >= outs[0]]
+    assert wrong_after == [], (wrong_after, report["failures"])
+    numbers = {
+        "clients": LOADGEN_CONCURRENCY,
+        "rate_per_s": LOADGEN_RATE,
+        "guard_interval_s": interval,
+        "requests": report["requests"],
+        "wrong_answers": report["wrong_answers"],
+        "failed_requests": report["failed_requests"],
+        "fault_to_guard_out_s": round(outs[0] - poisoned, 1),
+        "first_failed_verdict_to_out_s": round(outs[0] - fails[0], 1),
+        "fixed_to_in_s": round(ins[0] - fixed, 1),
+        "min_replicas_in_router": report["min_healthy_workers"],
+    }
+    out = ROOT / ".ansible" / "guard-alone-numbers.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(numbers, indent=1) + "\n")
+    with capsys.disabled():
+        print(f"\nguard alone: {json.dumps(numbers)}")
 
 
 def test_the_lab_prometheus_runs_the_roles_configuration_and_scrapes_everything() -> None:

@@ -115,6 +115,28 @@ def test_the_guard_row_gives_detection_against_the_interval() -> None:
     assert row[2] == "fault to out / interval: 2.00; guard CPU / wall: 1.00%"
 
 
+def test_the_fail_stop_row_sets_it_beside_the_guard_alone() -> None:
+    stamp = {"date": "2026-12-05", "command": "c", "machine": benchlib.machine(), "commit": "abc"}
+    fail_stop = dict(
+        clients=4, rate_per_s=10, guard_interval_s=10.0, requests=500, wrong_answers=0, failed_requests=1,
+        fault_to_nan_line_s=0.4, fault_to_router_out_s=0.5, fault_to_guard_out_s=1.2, fault_to_back_in_s=60.0,
+        latency_p99_s=0.4, latency_max_s=3.7, min_replicas_in_router=1, guard_cpu_s_per_hour=12.0,
+    )  # fmt: skip
+    guard_alone = {
+        "clients": 4, "rate_per_s": 10, "guard_interval_s": 10.0, "requests": 800, "wrong_answers": 74,
+        "failed_requests": 0, "fault_to_guard_out_s": 15.0, "first_failed_verdict_to_out_s": 9.0,
+        "fixed_to_in_s": 30.0, "min_replicas_in_router": 1,
+    }  # fmt: skip
+    (row,) = benchlib.rows({"P6": {**stamp, "nodes": 2, "fail_stop": fail_stop, "guard_alone": guard_alone}})
+    assert row[0] == "P6 a node whose weights turn NaN while it serves"
+    assert "With the fail-stop: 500 requests, 0 wrong answers, 1 failed requests" in row[1], row[1]
+    assert "The guard alone (fail-stop off, interval 10 s): 800 requests, 74 wrong answers" in row[1], row[1]
+    assert row[2] == (
+        "wrong answers: 0 with the fail-stop vs 74 with the guard alone; "
+        "fault to out: guard alone / fail-stop 30x"
+    )
+
+
 def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
     """docs/benchmarks.md is generated: it must be what lab/bench/suite.py --render-only writes from the
     committed records and plots (so no figure is edited by hand)."""
