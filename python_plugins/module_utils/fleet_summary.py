@@ -38,6 +38,15 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         validated = "-"
     else:
         validated = "passed" if validation.get("passed") else "FAILED"
+    router = router_cell(hostvars.get("sglang_router_replica"), validation, gate_entry(host, hostvars))
+    start = hostvars.get("sglang_server_health")
+    if validation is None and isinstance(start, Mapping) and start.get("verdict") not in (None, "healthy"):
+        # The server never became healthy (its engine stopped at its first NaN, a crash loop, a stalled
+        # start): never asked, never routed; the router's health check and the guard keep it out.
+        validated = "FAILED at start"
+        router = (
+            f"out of the router: {_short(start.get('symptom') or 'it did not start', ROUTER_SYMPTOM_CHARS)}"
+        )
     return {
         "host": host,
         "gpus": gpus,
@@ -46,7 +55,7 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         "release": str(hostvars.get("sglang_release_name") or "-"),
         "profile": _profile(hostvars.get("sglang_launch")),
         "validated": validated,
-        "router": router_cell(hostvars.get("sglang_router_replica"), validation, gate_entry(host, hostvars)),
+        "router": router,
     }
 
 

@@ -183,3 +183,16 @@ def test_the_failure_words_say_where_the_replica_is_and_which_rule_decided() -> 
     suspect = {"hosts": {"n1": {"state": "unchanged", "rule": "suspect-probe"}}, "suspects": ["2+2"]}
     words = failure_words("n1", {"n1": facts("n1", "kept", suspect)}, routed=True)
     assert "Suspect probe '2+2': every replica judged failed it with otherwise sound answers" in words
+
+
+def test_a_node_whose_server_never_started_is_failed_at_start_and_out() -> None:
+    """Issue 40: a node whose engine stopped at its first NaN in its warm-up fails in serve, before validate:
+    its row says so, with the health wait's symptom, and out of the router."""
+    from ansible_collections.glm5.deploy.plugins.module_utils.service_start import fail_stop_symptom
+
+    symptom = fail_stop_symptom("RuntimeError: NaN detected! sampler: next_token_logits")
+    row = host_row("n1", {"sglang_server_health": {"verdict": "crash-loop", "symptom": symptom}})
+    assert row["validated"] == "FAILED at start"
+    assert row["router"].startswith("out of the router: the engine stopped at its first NaN"), row
+    healthy = host_row("n2", {"sglang_server_health": {"verdict": "healthy"}})
+    assert healthy["validated"] == "-" and healthy["router"] == "-", healthy
