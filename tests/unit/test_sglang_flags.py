@@ -84,7 +84,8 @@ GOLDEN = {
     ("sm120", "seed"): (
         "0.5.9",
         "--attention-backend flashinfer --disable-cuda-graph --dist-timeout 1800 --enable-metrics "
-        "--enable-nan-detection --fp8-gemm-backend cutlass --kv-cache-dtype fp8_e4m3 --moe-runner-backend flashinfer_cutlass "
+        "--enable-nan-detection --fp8-gemm-backend cutlass --kv-cache-dtype fp8_e4m3 "
+        "--moe-runner-backend flashinfer_cutlass "
         "--nsa-decode-backend trtllm --nsa-prefill-backend trtllm --quantization modelopt_fp4 "
         "--reasoning-parser glm45 --tool-call-parser glm47 --tp-size 8 --watchdog-timeout 1800",
     ),
@@ -98,7 +99,8 @@ GOLDEN = {
     ),
     ("sm100", "seed"): (
         "0.5.9",
-        "--dist-timeout 1800 --enable-metrics --enable-nan-detection --quantization modelopt_fp4 --reasoning-parser glm45 "
+        "--dist-timeout 1800 --enable-metrics --enable-nan-detection --quantization modelopt_fp4 "
+        "--reasoning-parser glm45 "
         "--tool-call-parser glm47 --tp-size 8 --watchdog-timeout 1800",
     ),
     ("sm100", "current"): (
@@ -108,7 +110,8 @@ GOLDEN = {
     ),
     ("sm90", "seed"): (
         "0.5.9",
-        "--dist-timeout 1800 --enable-metrics --enable-nan-detection --quantization modelopt_fp4 --reasoning-parser glm45 "
+        "--dist-timeout 1800 --enable-metrics --enable-nan-detection --quantization modelopt_fp4 "
+        "--reasoning-parser glm45 "
         "--tool-call-parser glm47 --tp-size 8 --watchdog-timeout 1800",
     ),
     ("sm90", "current"): (
