@@ -669,6 +669,10 @@ def test_once_prints_the_states_as_json(
         ({"probes": [{"name": "x"}]}, "probes: probe 'x' needs exactly one of 'prompt' or 'messages'"),
         ({"metrics_port": 70000}, "'metrics_port' must be a TCP port"),
         ({"fail_afer": 3}, "unknown keys ['fail_afer']"),
+        ({"max_removal_fraction": 0}, "max_removal_fraction must be a number above 0 and at most 1"),
+        ({"max_removal_fraction": 1.5}, "max_removal_fraction must be a number above 0 and at most 1"),
+        ({"workers": 0}, "'workers' must be an integer of at least 1"),
+        ({"router_poll": 0}, "'router_poll' must be a number of seconds above 0"),
     ],
 )
 def test_bad_config_exits_2_with_a_clear_message(
@@ -691,6 +695,7 @@ def test_config_defaults_and_url_normalization(fleet: Fleet, tmp_path: Path) -> 
     assert config.router_url == "http://127.0.0.1:30000"
     assert config.replicas == ("http://gpu-node-1:30000",)
     assert (config.interval, config.fail_after, config.recover_after, config.timeout) == (60, 2, 3, 120)
+    assert (config.max_removal_fraction, config.router_poll, config.workers) == (0.5, 1, 64)
     assert [p.name for p in config.probes] == ["2+2", "prime"]
     assert (config.metrics_host, config.metrics_port, config.verify) == ("127.0.0.1", 29100, True)
     assert config.replica_verify is True
