@@ -257,6 +257,18 @@ def swap_weights(poison: bool, may_fail: bool = False) -> float:
     return at
 
 
+def load_numbers(report: dict, interval: float) -> dict:
+    """What docs/benchmarks.md P6 shows of a load generator's run, in both of its scenarios."""
+    return {
+        "clients": LOADGEN_CONCURRENCY,
+        "rate_per_s": LOADGEN_RATE,
+        "guard_interval_s": interval,
+        "requests": report["requests"],
+        "wrong_answers": report["wrong_answers"],
+        "failed_requests": report["failed_requests"],
+    }
+
+
 def router_out_at(report: dict, url: str, after: float) -> float | None:
     """When (epoch seconds) the router first stopped listing ``url`` as healthy after ``after``, from the load
     generator's timeline of the healthy workers (polled every LOADGEN_POLL seconds)."""
@@ -344,12 +356,7 @@ def test_a_node_whose_weights_turn_nan_stops_and_no_client_gets_a_wrong_answer(
     cpu_after = guard_cpu_seconds()
     wall = time.time() - test_started
     numbers = {
-        "clients": LOADGEN_CONCURRENCY,
-        "rate_per_s": LOADGEN_RATE,
-        "guard_interval_s": interval,
-        "requests": report["requests"],
-        "wrong_answers": report["wrong_answers"],
-        "failed_requests": report["failed_requests"],
+        **load_numbers(report, interval),
         "fault_to_nan_line_s": round(float(nan_lines[0].split()[0]) - poisoned, 2),
         "fault_to_router_out_s": round(out_at - poisoned, 2),
         "fault_to_guard_out_s": round(outs[0] - poisoned, 1),
@@ -412,12 +419,7 @@ def test_the_guard_alone_takes_a_garbage_node_out_and_puts_it_back(loadgen, tmp_
     wrong_after = [s for s in report["wrong_at_s"] if start + s >= outs[0]]
     assert wrong_after == [], (wrong_after, report["failures"])
     numbers = {
-        "clients": LOADGEN_CONCURRENCY,
-        "rate_per_s": LOADGEN_RATE,
-        "guard_interval_s": interval,
-        "requests": report["requests"],
-        "wrong_answers": report["wrong_answers"],
-        "failed_requests": report["failed_requests"],
+        **load_numbers(report, interval),
         "fault_to_guard_out_s": round(outs[0] - poisoned, 1),
         "first_failed_verdict_to_out_s": round(outs[0] - fails[0], 1),
         "fixed_to_in_s": round(ins[0] - fixed, 1),
