@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import (
     fail_stop_line as launch_fail_stop_line,
 )
+from controller_play import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIPWIRE = ROOT / "roles" / "sglang_server" / "files" / "sglang_nan_tripwire.py"
@@ -212,3 +214,33 @@ def test_the_tripwire_process_kills_the_whole_service(tripwire: ModuleType, tmp_
         "stopping it: [2026-12-05 02:10:11] Detected errors during sampling! NaN in the logits."
         in done.stdout
     )
+
+
+def test_the_tripwire_unit_renders_for_the_seed_lane_and_systemd_accepts_it(tmp_path: Path) -> None:
+    """The role's unit template, rendered by Ansible for sm120/seed as the role does, is a unit that
+    `systemd-analyze verify` accepts, and runs the tripwire on the seed release's exact line."""
+    unit = tmp_path / "sglang-nan-tripwire.service"
+    play = tmp_path / "play.yml"
+    template = ROOT / "roles" / "sglang_server" / "templates" / "sglang-nan-tripwire.service.j2"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  connection: local\n  vars:\n"
+        "    sglang_launch: \"{{ 'sm120' | glm5.deploy.sglang_profile('seed') }}\"\n"
+        "    __sglang_server_tripwire_script: /usr/local/lib/glm5-deploy/sglang_nan_tripwire.py\n"
+        "  tasks:\n    - name: Render the unit\n      ansible.builtin.copy:\n"
+        f"        content: \"{{{{ lookup('ansible.builtin.template', '{template}') }}}}\"\n"
+        f"        dest: {unit}\n        mode: '0644'\n"
+    )
+    done = ansible_playbook(
+        "-i", "localhost,", str(play), "-e", f"ansible_python_interpreter={sys.executable}"
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    text = unit.read_text()
+    assert (
+        "ExecStart=/usr/bin/python3 /usr/local/lib/glm5-deploy/sglang_nan_tripwire.py --unit sglang.service "
+        f'--line "{SEED_LINE}"'
+    ) in text, text
+    assert "CapabilityBoundingSet=CAP_KILL CAP_DAC_READ_SEARCH" in text and "PrivateNetwork=yes" in text
+    verify = shutil.which("systemd-analyze")
+    if verify:
+        checked = subprocess.run([verify, "verify", str(unit)], capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, checked.stderr
