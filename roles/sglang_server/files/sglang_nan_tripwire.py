@@ -5,7 +5,7 @@ sglang 0.5.9 (the seed lane) has no switch that ends the server at the first NaN
 its sampler logs "Detected errors during sampling! NaN in the logits." and samples on, from logits it replaced
 with -1e5, so the server answers garbage while /health stays green (srt/layers/sampler.py; docs/serving.md
 'Fail-stop on NaN'). This daemon follows the service's journal and turns that line into a stop: it kills the
-service's whole process tree with SIGKILL, so systemd records a failure and restarts it (Restart=on-failure)
+service's whole process tree with SIGKILL, so systemd records a failure and restarts it (Restart=always)
 until its start limit, and the router's health check takes the replica out within seconds. It holds no key and
 talks to no router.
 
