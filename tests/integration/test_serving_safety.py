@@ -93,6 +93,16 @@ def guard_cpu_seconds() -> float:
     return float(match.group(1))
 
 
+def router_retries() -> float:
+    """The attempts smg has retried so far (its smg_worker_retries_total, all endpoints)."""
+    shown = lab(
+        GUARD,
+        'python3 -c "import urllib.request; print(urllib.request.urlopen('
+        "'http://127.0.0.1:29000/metrics', timeout=10).read().decode())\"",
+    ).stdout
+    return sum(float(m) for m in re.findall(r"^smg_worker_retries_total\{[^}]*\} ([0-9.e+]+)$", shown, re.M))
+
+
 def alerts() -> list[dict]:
     """The alerts of the lab's Prometheus on lab-gateway (its HTTP API, on loopback there)."""
     shown = lab(
@@ -303,6 +313,7 @@ def test_a_node_whose_weights_turn_nan_stops_and_no_client_gets_a_wrong_answer(
     victim = node_url(NAN_NODE)
     restarts = int(lab(NAN_NODE, "systemctl show sglang -p NRestarts --value").stdout.strip() or 0)
     cpu_before = guard_cpu_seconds()
+    retries_before = router_retries()
     test_started = time.time()
     poisoned = swap_weights(poison=True, may_fail=True)
     # The engine stopped: systemd counts a restart, the journal has the NaN assert's line.
@@ -357,6 +368,7 @@ def test_a_node_whose_weights_turn_nan_stops_and_no_client_gets_a_wrong_answer(
     wall = time.time() - test_started
     numbers = {
         **load_numbers(report, interval),
+        "router_retries": int(router_retries() - retries_before),
         "fault_to_nan_line_s": round(float(nan_lines[0].split()[0]) - poisoned, 2),
         "fault_to_router_out_s": round(out_at - poisoned, 2),
         "fault_to_guard_out_s": round(outs[0] - poisoned, 1),
