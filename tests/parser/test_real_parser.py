@@ -271,9 +271,13 @@ def test_each_lanes_nan_fail_stop_is_in_its_real_sglang(
         assert f'logger.warning("{spec["tripwire"]}")' in sampler, spec["tripwire"]
         assert spec["journal_pattern"] in spec["tripwire"]
         assert "enable_nan_detection" in sampler
-    for name in spec.get("environment") or {}:
+    environment = spec.get("environment") or {}
+    if environment:
         environ = _sglang_source(python, "srt/environ.py")
-        assert f"    {name} = EnvBool(False)" in environ, name
+        for name, entry in environment.items():
+            # Each variable is one of that release's switches, and the value turns it the other way.
+            default = {"1": "False", "0": "True"}[str(entry["value"])]
+            assert f"    {name} = EnvBool({default})" in environ, name
         probe = _sglang_source(python, "srt/utils/async_probe.py")
         assert 'message = f"NaN detected! {msg}"' in probe
         sampler = _sglang_source(python, "srt/layers/sampler.py")
