@@ -494,9 +494,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         at = rest.index(breaking[-1]) + 1
         items[:] = rest[:at] + beside + rest[at:]
         return
-    rest = [i for i in items if i not in breaking and i not in beside]
+    # Tests that need NAN_NODE serving again (test_security: since issue 40 the NaN site run leaves its engine
+    # stopped) go right after the restoring test.
+    after = [i for i in items if i.get_closest_marker("after_nan_node_restored") and i not in beside]
+    rest = [i for i in items if i not in breaking and i not in beside and i not in after]
     at = rest.index(restoring)
-    items[:] = rest[:at] + breaking + beside + rest[at:]
+    items[:] = rest[:at] + breaking + beside + [restoring] + after + rest[at + 1 :]
     config.stash[NAN_NODE_RESTORED_LATER] = True
 
 

@@ -29,9 +29,22 @@ from conftest import (
     http_from,
     lab,
     leaks,
+    restore_nan_node,
     router_admin,
     router_workers,
 )
+
+# Since issue 40 the NaN site run leaves NAN_NODE's engine stopped (its fail-stop), not serving garbage, and
+# these tests look at every node's live server: conftest's ordering runs them after the test that serves it
+# from the inventory again (restores_nan_node), and each makes sure of it first (a no-op then).
+pytestmark = pytest.mark.after_nan_node_restored
+
+
+@pytest.fixture(autouse=True)
+def nan_node_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """NAN_NODE serves the inventory's model (restore_nan_node: only when its unit names the NaN copy)."""
+    restore_nan_node(tmp_path_factory.mktemp("nan-node-serving"))
+
 
 UNITS = {
     "sglang.service": LAB_NODES,
@@ -50,7 +63,7 @@ PRUNE_TASK = "Remove workers the inventory no longer has"
 def verbose_run(nan_site) -> tuple[Run, float]:
     """site.yml at -vvv on the converged fleet, and when it started: every task that handles a key runs, and
     with one node on the NaN copy (conftest.nan_site, shared with test_serving_safety) the failure path too:
-    its checkpoint download, its restart, its failed check and the router taking it out."""
+    its checkpoint download, its restart, its engine's stop at its first NaN and the failed start."""
     run, started = nan_site
     assert run.status == "failed" and set(run.stats.get("failures", {})) == {NAN_NODE}, run.stats
     return run, started
