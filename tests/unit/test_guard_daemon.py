@@ -918,7 +918,12 @@ def test_a_replica_the_router_reports_unhealthy_goes_out_at_once_and_back_only_a
         # Its engine is back (it still answers well): only M passing verdicts put it back.
         wait_for("b back in the router", lambda: b in fleet.registered(), 5 * interval)
         assert fleet.count("POST", "/gpu-b/") - deleted >= guard.config.recover_after
-        assert journal.find(f"transition replica={b} in after 2 passed verdicts")
+        # The line follows the router's answer to the re-registration (apply_outcome), a moment later.
+        wait_for(
+            "b's transition line",
+            lambda: journal.find(f"transition replica={b} in after 2 passed verdicts"),
+            interval,
+        )
     finally:
         stop_guard(guard, thread)
     assert fleet.replica("gpu-c") in fleet.registered()
