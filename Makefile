@@ -26,7 +26,6 @@ LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
 CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
-COLLECTION_SRC := collections/ansible_collections/glm5/deploy
 COLLECTION_DIR := $(CURDIR)/build/collection
 
 .PHONY: help deps venv collection collection-install lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
@@ -59,9 +58,8 @@ $(VENV)/.installed: requirements/control.txt requirements/control.lock
 
 collection: venv ## Build the installable collection glm5.deploy into build/collection/ (glm5-deploy-<version>.tar.gz).
 	rm -rf $(COLLECTION_DIR) && mkdir -p $(COLLECTION_DIR)
-	@# collections/ links plugins/, roles/ and playbooks/ to the repository's; the artifact holds the files.
-	cp -rL $(COLLECTION_SRC) $(COLLECTION_DIR)/src
-	$(BIN)/ansible-galaxy collection build $(COLLECTION_DIR)/src --output-path $(COLLECTION_DIR)
+	@# The repository root is the collection root; galaxy.yml's build_ignore leaves the lab and the links out.
+	$(BIN)/ansible-galaxy collection build . --output-path $(COLLECTION_DIR)
 
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image
@@ -138,7 +136,7 @@ lint-collection: collection-install
 	cd $(COLLECTION_DIR)/installed/ansible_collections/glm5/deploy && \
 	  ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-lint --offline --profile production --exclude plugins/data
 
-unit: venv ## pytest: unit tests of python_plugins and the lab stand-ins.
+unit: venv ## pytest: unit tests of plugins/ (python_plugins/) and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q
 
 # Each lane's sglang in a small venv over the lab engine's (torch's 6 GB once): lab/bin/build-engine-venv builds

@@ -40,7 +40,7 @@ from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, PreTrain
 from transformers.utils import logging as hf_logging
 
 # The recall probes come from the product's own module_utils (pure Python, no Ansible import).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python_plugins" / "module_utils"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
 from long_context import MID_LENGTH, NAME, PREFIX_REUSE, recall_probe
 
 # probes.yml's key for each recall probe the inference check adds, and the probe's name.

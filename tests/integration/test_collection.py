@@ -16,7 +16,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.controller
 
-MODULES = sorted(p.stem for p in (ROOT / "python_plugins" / "modules").glob("*.py"))
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
 
 
@@ -51,7 +51,7 @@ def test_ansible_doc_documents_every_role_and_entry_point_from_the_artifact(user
 
 def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> None:
     """galaxy.yml's version names the artifact; the links of the repository's collections/ became files."""
-    galaxy = yaml.safe_load((ROOT / "collections/ansible_collections/glm5/deploy/galaxy.yml").read_text())
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     (artifact,) = (user_project.parent / "build").glob("*.tar.gz")
     assert artifact.name == f"glm5-deploy-{galaxy['version']}.tar.gz"
     with tarfile.open(artifact) as tar:

@@ -178,7 +178,7 @@ def test_run_parser_check_without_sglang(runner: Any) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_generated_flag_table_is_current(parser_python: Callable[[str], str], version: str) -> None:
-    """python_plugins/data/sglang_cli/<version>.json is what the real parser says (regenerate if not)."""
+    """plugins/data/sglang_cli/<version>.json is what the real parser says (regenerate if not)."""
     fresh = parser_venvs.extract_cli(parser_venvs.Path(parser_python(version)))
     stored = json.loads((DATA_DIR / "sglang_cli" / f"{version}.json").read_text(encoding="utf-8"))
     assert fresh == stored, f"run: .venv/bin/python tests/parser_check/parser_venvs.py regenerate {version}"

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "python_plugins" / "data"
+DATA = ROOT / "plugins" / "data"
 EXTRACT = Path(__file__).resolve().parent / "extract_cli.py"
 
 # pip's install, for every venv here. --no-compile: the parser check imports sglang's argument parser and
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
 
     if opts.command == "check":
-        sys.path.insert(0, str(ROOT / "python_plugins" / "module_utils"))
+        sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
         from sglang_parser_check import run_parser_check  # type: ignore[import-not-found]
 
         args = opts.args[1:] if opts.args[:1] == ["--"] else opts.args

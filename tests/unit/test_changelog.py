@@ -32,5 +32,5 @@ def test_the_collections_version_is_the_newest_release() -> None:
     """galaxy.yml's version names the artifact make collection builds: the newest release of the changelog."""
     releases = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())["releases"]
     newest = max(releases, key=lambda v: tuple(int(part) for part in v.split(".")))
-    galaxy = yaml.safe_load((ROOT / "collections/ansible_collections/glm5/deploy/galaxy.yml").read_text())
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     assert galaxy["version"] == newest

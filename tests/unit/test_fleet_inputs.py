@@ -169,7 +169,7 @@ def _filters(name: str):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "python_plugins" / "filter_plugins" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"glm5_filter_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -191,7 +191,7 @@ def test_two_runs_at_once_one_takes_the_lock(tmp_path: Path) -> None:
     runner = (
         "import sys, runpy;"
         f"sys.path.insert(0, {str(root / 'collections')!r});"
-        f"runpy.run_path({str(root / 'python_plugins' / 'modules' / 'fleet_lock.py')!r}, run_name='__main__')"
+        f"runpy.run_path({str(root / 'plugins' / 'modules' / 'fleet_lock.py')!r}, run_name='__main__')"
     )
     path = tmp_path / "fleet.lock"
     procs = [
@@ -222,7 +222,7 @@ def test_the_callback_releases_with_the_runs_own_options() -> None:
 
     root = Path(__file__).resolve().parents[2]
     spec = spec_from_file_location(
-        "glm5_fleet_lock", root / "python_plugins" / "callback_plugins" / "glm5_fleet_lock.py"
+        "glm5_fleet_lock", root / "plugins" / "callback" / "glm5_fleet_lock.py"
     )
     assert spec and spec.loader
     callback = module_from_spec(spec)

@@ -38,7 +38,7 @@ from project_modules import load_module
 from sglang_captures import load, names
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_UTILS = ROOT / "python_plugins" / "module_utils"
+MODULE_UTILS = ROOT / "plugins" / "module_utils"
 GUARD_FILE = ROOT / "roles" / "sglang_guard" / "files" / "sglang_guard.py"
 
 ADMIN_KEY = "adm-SECRET-router-0123456789"

@@ -1010,7 +1010,7 @@ def test_combine_answers_passes_only_when_every_answer_passed() -> None:
 
 def test_the_judge_files_depend_one_way_on_judge_verdict() -> None:
     """judge_probes and judge_journal build on judge_verdict; judge_verdict imports neither (no cycle)."""
-    module_utils = Path(__file__).resolve().parents[2] / "python_plugins" / "module_utils"
+    module_utils = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
 
     def imported(name: str) -> set[str]:
         tree = ast.parse((module_utils / f"{name}.py").read_text())

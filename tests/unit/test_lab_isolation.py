@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = sorted(
     p
-    for top in ("roles", "playbooks", "templates", "python_plugins")
+    for top in ("roles", "playbooks", "templates", "plugins")
     for p in (ROOT / top).rglob("*")
     if p.is_file() and p.suffix in {".yml", ".yaml", ".j2", ".py", ".json", ".cfg", ".md"}
 )

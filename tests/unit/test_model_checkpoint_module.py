@@ -18,7 +18,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint impor
 from project_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_PATH = ROOT / "python_plugins" / "modules" / "model_checkpoint.py"
+MODULE_PATH = ROOT / "plugins" / "modules" / "model_checkpoint.py"
 
 
 model_checkpoint = load_module("model_checkpoint")

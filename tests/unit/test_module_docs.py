@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = sorted(p.stem for p in (ROOT / "python_plugins" / "modules").glob("*.py"))
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
 ANSIBLE_DOC = Path(sys.executable).with_name("ansible-doc")
 
 

@@ -100,9 +100,9 @@ def test_every_default_has_a_comment(role: Path) -> None:
 
 
 def test_profile_and_lane_choices_come_from_the_data() -> None:
-    """The sglang role's spec offers exactly the profiles and deployable lanes of python_plugins/data."""
+    """The sglang role's spec offers exactly the profiles and deployable lanes of plugins/data."""
     options = spec_options(ROOT / "roles" / "sglang")
-    data = ROOT / "python_plugins" / "data"
+    data = ROOT / "plugins" / "data"
     profiles = sorted(p.stem for p in (data / "profiles").glob("*.yml"))
     lanes = load(data / "lanes.yml")["lanes"]
     deployable = sorted(name for name, lane in lanes.items() if lane.get("deployable"))

@@ -1,4 +1,4 @@
-"""Renderer, dialects, versions and profiles (python_plugins/module_utils/sglang_flags.py)."""
+"""Renderer, dialects, versions and profiles (plugins/module_utils/sglang_flags.py)."""
 
 from __future__ import annotations
 

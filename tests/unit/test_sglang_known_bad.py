@@ -1,4 +1,4 @@
-"""The known-bad guard (python_plugins/module_utils/sglang_known_bad.py) on every table entry."""
+"""The known-bad guard (plugins/module_utils/sglang_known_bad.py) on every table entry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Release planning for the sglang_runtime role (python_plugins/module_utils/sglang_release.py)."""
+"""Release planning for the sglang_runtime role (plugins/module_utils/sglang_release.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_REQUIREMENTS = ROOT / "lab" / "engine" / "requirements-cpu-0.5.23.txt"
-sys.path.insert(0, str(ROOT / "python_plugins" / "filter_plugins"))
+sys.path.insert(0, str(ROOT / "plugins" / "filter"))
 from sglang import FilterModule  # noqa: E402
 
 FILTERS = FilterModule().filters()

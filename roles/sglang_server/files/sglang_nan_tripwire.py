@@ -12,7 +12,7 @@ talks to no router.
 A line is acted on only when it belongs to the service's current run (its journal entry's invocation ID is the
 unit's InvocationID): a line read late, after systemd already restarted the service, never kills the new run.
 Standard library only; the role installs it with the unit sglang-nan-tripwire.service when the lane's
-nan_fail_stop names a tripwire line (python_plugins/data/lanes.yml).
+nan_fail_stop names a tripwire line (plugins/data/lanes.yml).
 
     sglang_nan_tripwire.py --unit sglang.service --line "Detected errors during sampling! NaN in the logits."
 """

@@ -1,4 +1,4 @@
-"""Filters over the sglang launch knowledge in python_plugins/data.
+"""Filters over the sglang launch knowledge in plugins/data.
 
     {{ sglang_settings | sglang_args(sglang_version) }}
         -> ["--flag", "value", ...]
@@ -161,7 +161,7 @@ def sglang_lane(name: str) -> dict[str, Any]:
     if str(name) not in lanes:
         have = ", ".join(sorted(lanes))
         raise SglangFlagError(
-            f"sglang_lane {name!r} is not a lane in python_plugins/data/lanes.yml (have: {have})"
+            f"sglang_lane {name!r} is not a lane in plugins/data/lanes.yml (have: {have})"
         )
     return {"name": str(name), **lanes[str(name)]}
 

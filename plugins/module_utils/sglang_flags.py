@@ -1,6 +1,6 @@
 """Render sglang launch flags from settings, per sglang version, and resolve launch profiles.
 
-The knowledge lives in python_plugins/data (lanes.yml, profiles/*.yml, sglang_cli/*.json); this module only
+The knowledge lives in plugins/data (lanes.yml, profiles/*.yml, sglang_cli/*.json); this module only
 reads it. Everything here is pure and deterministic: the data is loaded once and cached, and every function
 also takes the data explicitly so tests (or a module on a target host) can pass their own.
 
@@ -202,7 +202,7 @@ def _dialect_for(sglang_version: str, dialects: Mapping[str, Any] | None) -> dic
             return dict(dialect)
     raise SglangFlagError(
         f"sglang {version} has no flag dialect (known: {', '.join(sorted(table, key=version_key))}); "
-        "add one to python_plugins/data/lanes.yml and run the parser check (python_plugins/data/README.md)"
+        "add one to plugins/data/lanes.yml and run the parser check (plugins/data/README.md)"
     )
 
 
@@ -220,7 +220,7 @@ def bench_module(sglang_version: str, dialects: Mapping[str, Any] | None = None)
     module = _dialect_for(sglang_version, dialects).get("bench_module")
     if not module:
         raise SglangFlagError(
-            f"sglang {sglang_version}: its dialect in python_plugins/data/lanes.yml has no bench_module "
+            f"sglang {sglang_version}: its dialect in plugins/data/lanes.yml has no bench_module "
             "(the serving benchmark's module, e.g. sglang.bench_serving)"
         )
     return str(module)
@@ -259,7 +259,7 @@ def _apply_combine(settings: dict[str, Any], dialect: Mapping[str, Any], version
             shown = ", ".join(f"{key}={current[key]!r}" for key in keys)
             raise SglangFlagError(
                 f"settings {shown} have no equivalent on sglang {version} "
-                f"(see 'combine' in its dialect in python_plugins/data/lanes.yml)"
+                f"(see 'combine' in its dialect in plugins/data/lanes.yml)"
             )
     return out
 
@@ -316,8 +316,8 @@ def render_sglang_args(
             if flag not in flags:
                 raise SglangFlagError(
                     f"sglang_settings.{key} ({flag}) is not known to sglang {version}; check the spelling "
-                    f"against python_plugins/data/{dialect.get('flags_file')} or add a mapping to the "
-                    "dialect in python_plugins/data/lanes.yml"
+                    f"against plugins/data/{dialect.get('flags_file')} or add a mapping to the "
+                    "dialect in plugins/data/lanes.yml"
                 )
             spec = flags[flag]
         if flag in rendered:
@@ -593,7 +593,7 @@ def resolve_profile(
     if arch not in profiles:
         raise SglangFlagError(
             f"no launch profile for GPU arch {arch!r} (have: {', '.join(sorted(profiles))}); add "
-            f"python_plugins/data/profiles/{arch}.yml (python_plugins/data/README.md)"
+            f"plugins/data/profiles/{arch}.yml (plugins/data/README.md)"
         )
     profile = profiles[arch]
     lane_name = lane or profile.get("default_lane")
@@ -673,6 +673,6 @@ def resolve_profile(
     }
     if lanes is not None:
         if lane_name not in lanes:
-            raise SglangFlagError(f"lane {lane_name!r} is not defined in python_plugins/data/lanes.yml")
+            raise SglangFlagError(f"lane {lane_name!r} is not defined in plugins/data/lanes.yml")
         result["sglang_version"] = str(lanes[lane_name]["sglang_version"])
     return result

@@ -1,4 +1,4 @@
-"""Match resolved sglang settings against the known-bad table (python_plugins/data/known_bad.yml).
+"""Match resolved sglang settings against the known-bad table (plugins/data/known_bad.yml).
 
 Pure: the table, settings, arch, version and GPU memory all come in as arguments. ``guard`` turns findings
 into the messages a play prints: ``block`` findings refuse the deploy unless ``sglang_allow_known_bad`` is

@@ -6,7 +6,7 @@ A release is one venv per pinned sglang lane and package set, kept under ``<root
   constraint lines and the interpreter's ``major.minor``. It does not cover where the wheels come from (an
   index, a wheelhouse URL or directory) nor the root directory, so a site mirror installs the same release
   as the public index would.
-- ``constraints.txt`` holds the lane's pins (python_plugins/data/lanes.yml), except the lane's overrides,
+- ``constraints.txt`` holds the lane's pins (plugins/data/lanes.yml), except the lane's overrides,
   which are installed afterwards with ``--no-deps`` so that pip cannot pull them back to the wheel's pin.
 - pip installs without byte-compiling (``--no-compile``): compiling all of a release's ~24,000 modules was
   two thirds of its install's CPU, and a server start imports about 7,000 of them. The release is verified
@@ -196,7 +196,7 @@ def constraints_text(lane_name: str, lane: Mapping[str, Any], extra: Sequence[st
     """The constraints.txt written into a release: a header naming its sources, then constraint_lines."""
     lines = [
         f"# Constraints of sglang lane {lane_name} (sglang {lane.get('sglang_version')}).",
-        "# Written by glm5-deploy (role sglang_runtime) from python_plugins/data/lanes.yml.",
+        "# Written by glm5-deploy (role sglang_runtime) from plugins/data/lanes.yml.",
         f"# Pins: {' '.join(str(lane.get('pins_source') or 'lanes.yml').split())}",
     ]
     overrides = override_packages(lane)
@@ -408,7 +408,7 @@ def plan_release(
     """
     version = str(lane.get("sglang_version") or "")
     if not version:
-        raise SglangReleaseError(f"lane {lane_name!r} has no sglang_version in python_plugins/data/lanes.yml")
+        raise SglangReleaseError(f"lane {lane_name!r} has no sglang_version in plugins/data/lanes.yml")
     packages = [str(p).strip() for p in packages]
     no_deps = [str(p).strip() for p in no_deps_packages]
     for override in override_packages(lane):
