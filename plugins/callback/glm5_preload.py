@@ -21,6 +21,22 @@ Loaded here once, before the first fork, every task inherits them.
 
 from __future__ import annotations
 
+# Ansible's plugin documentation comes before the imports (ansible-test sanity's validate-modules).
+# ruff: noqa: E402
+
+DOCUMENTATION = """
+name: glm5_preload
+type: aggregate
+short_description: Load the Jinja2, lookup, connection, shell and become plugins once, before tasks fork
+description:
+  - Loads every filter and test plugin, the file, env, template and pipe lookups, the ssh, local, sh and sudo
+    plugins with their configuration, and the collection's launch profiles, lanes and known-bad table, in the
+    main process, so that the per-task worker processes inherit them instead of loading them again for each
+    host and task.
+requirements:
+  - enable in ansible.cfg (callbacks_enabled)
+"""
+
 import contextlib
 import importlib
 import pkgutil
@@ -79,19 +95,6 @@ PRELOADED = (
 # The collection's data tables, read through the calls the filters make (lru_cache keys a call's arguments as
 # written: load_lanes() fills load_lanes_file(None), the entry the filters read).
 DATA_TABLES = (load_lanes, load_dialects, load_profiles, load_known_bad)
-
-DOCUMENTATION = """
-name: glm5_preload
-type: aggregate
-short_description: Load the Jinja2, lookup, connection, shell and become plugins once, before tasks fork
-description:
-  - Loads every filter and test plugin, the file, env, template and pipe lookups, the ssh, local, sh and sudo
-    plugins with their configuration, and the collection's launch profiles, lanes and known-bad table, in the
-    main process, so that the per-task worker processes inherit them instead of loading them again for each
-    host and task.
-requirements:
-  - enable in ansible.cfg (callbacks_enabled)
-"""
 
 
 class CallbackModule(CallbackBase):

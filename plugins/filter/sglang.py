@@ -160,9 +160,7 @@ def sglang_lane(name: str) -> dict[str, Any]:
     lanes = load_lanes()
     if str(name) not in lanes:
         have = ", ".join(sorted(lanes))
-        raise SglangFlagError(
-            f"sglang_lane {name!r} is not a lane in plugins/data/lanes.yml (have: {have})"
-        )
+        raise SglangFlagError(f"sglang_lane {name!r} is not a lane in plugins/data/lanes.yml (have: {have})")
     return {"name": str(name), **lanes[str(name)]}
 
 

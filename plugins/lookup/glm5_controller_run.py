@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
-from datetime import UTC, datetime
-from pathlib import Path
-
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import controller_run
+# Ansible's plugin documentation comes before the imports (ansible-test sanity's validate-modules).
+# ruff: noqa: E402
 
 DOCUMENTATION = """
 name: glm5_controller_run
@@ -27,6 +21,15 @@ _raw:
   type: list
   elements: dict
 """
+
+import getpass
+import os
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import controller_run
 
 
 def _stat(pid: int) -> str:

@@ -162,9 +162,9 @@ def _cell(record: Mapping[str, Any], key: str, fmt: str) -> str:
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
     """One row per concurrency level."""
-    head = "| " + " | ".join(title for title, _, _ in COLUMNS) + " |"
-    rule = "|" + "|".join("---:" for _ in COLUMNS) + "|"
-    rows = ["| " + " | ".join(_cell(r, key, fmt) for _, key, fmt in COLUMNS) + " |" for r in records]
+    head = "| " + " | ".join(column[0] for column in COLUMNS) + " |"
+    rule = "|" + "|".join(["---:"] * len(COLUMNS)) + "|"
+    rows = ["| " + " | ".join(_cell(r, key, fmt) for _title, key, fmt in COLUMNS) + " |" for r in records]
     return "\n".join([head, rule, *rows])
 
 

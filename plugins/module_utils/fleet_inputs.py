@@ -754,7 +754,7 @@ def grants_low_ports(unit: str) -> bool:
     DynamicUser= service, in its AmbientCapabilities=."""
     bounding, ambient, unprivileged = True, False, False
     for raw in unit.splitlines():
-        key, _, value = raw.strip().partition("=")
+        key, _eq, value = raw.strip().partition("=")
         words = value.split()
         if key == "CapabilityBoundingSet":
             if not words:

@@ -73,7 +73,7 @@ def recorded_command(argv: list[str]) -> str:
     i = 1
     while i < len(words):
         word = words[i]
-        name, eq, _ = word.partition("=")
+        name, eq, _value = word.partition("=")
         if word.startswith("-"):
             takes = KEPT_OPTIONS.get(name)
             if takes is None:

@@ -489,8 +489,8 @@ def logprobs_degenerate(choice: Mapping[str, Any]) -> bool:
         return False
     for number, entry in enumerate(entries, start=1):
         if isinstance(entry, Mapping):
-            values, _ = _logprob_values(entry, number)
-            if any(_logprob_kind(value) not in (None, "not_number") for value, _ in values):
+            values = _logprob_values(entry, number)[0]
+            if any(_logprob_kind(value) not in (None, "not_number") for value, _where in values):
                 return True
     return False
 
@@ -541,7 +541,7 @@ def _judge(status: object, body: bytes | str | None, probe: Expectation, logprob
     if status != 200:
         failures = [f"HTTP {status} (wanted 200)"]
         if text:
-            obj, _ = parse_json(text)
+            obj = parse_json(text)[0]
             summary = _error_summary(obj) or text.strip()
             if summary:
                 failures[0] += f": {_quote(summary, 300)}"
@@ -685,7 +685,7 @@ def combine_answers(verdicts: Sequence[Verdict]) -> tuple[Verdict, int]:
         return _verdict(list(shown.failures), shown.failure_kind, **fields), len(failed)
     first, verdict = failed[0]
     head = f"{len(failed)} of {len(verdicts)} answers sent at once failed; answer {first + 1}"
-    kind = worst_kind([item.failure_kind for _, item in failed])
+    kind = worst_kind([item.failure_kind for _index, item in failed])
     return _verdict([f"{head}: {'; '.join(verdict.failures)}"], kind, **fields), len(failed)
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# The KEY=VALUE parser the inference check's journal reading already uses.
-from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
-    parse_systemctl_show as parse_show,  # noqa: F401
-)
+from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import parse_systemctl_show
+
+# The KEY=VALUE parser the inference check's journal reading already uses (``systemctl show``'s lines).
+parse_show = parse_systemctl_show
 
 HEALTHY = "healthy"
 CRASH_LOOP = "crash-loop"

@@ -11,8 +11,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 METRICS = ("output_throughput", "request_throughput", "total_throughput")
 
 
@@ -54,6 +52,10 @@ def rank(results: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
 
 def suggestion(host: str, ranking: Mapping[str, Any], base: Mapping[str, Any], metric: str, date: str) -> str:
     """A host_vars file for ``host`` with the best candidate's settings, and why, as comments."""
+    # PyYAML ships with ansible-core; imported here, as sglang_flags.load_yaml does: a module_utils file may
+    # import only the standard library and ansible at import time (ansible-test sanity's import test).
+    import yaml
+
     best = ranking["best"]
     if best is None:
         raise TuneError("no candidate passed the inference check: nothing to suggest")

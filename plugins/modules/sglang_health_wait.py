@@ -147,7 +147,7 @@ def _fail_stop_line(module: AnsibleModule, params: dict) -> str | None:
     journalctl = module.get_bin_path("journalctl")
     if not journalctl:
         return None
-    rc, out, _ = module.run_command(
+    rc, out, _err = module.run_command(
         [journalctl, "--no-pager", "-o", "cat", "-u", params["unit"], "--since", f"@{int(params['since'])}"]
     )
     return fail_stop_line(out.splitlines(), params["fail_stop_pattern"]) if rc == 0 else None

@@ -637,7 +637,7 @@ def main() -> None:
             # a batch (SM120's CUTLASS FP4 race) are reached; every answer is judged. Long-context: once.
             copies = 1 if probe.name == LONG_CONTEXT else params["concurrency"]
             with ThreadPoolExecutor(max_workers=copies) as pool:
-                sent = [pool.submit(send, "POST", chat, request, headers, params) for _ in range(copies)]
+                sent = [pool.submit(send, "POST", chat, request, headers, params) for _copy in range(copies)]
                 answers = [future.result() for future in sent]
             verdicts = [judge_answer(answer, probe, params["logprobs"]) for answer in answers]
             verdict, failed_answers = combine_answers(verdicts)

@@ -909,7 +909,7 @@ class Guard:
         if action.kind == guard_policy.REMOVE:
             worker = fleet_topology.find_worker(listing, action.url)
             if worker is None:  # registered since the last poll (the guard put it back): read again
-                fresh, _ = self.read_router()
+                fresh = self.read_router()[0]
                 worker = fleet_topology.find_worker(fresh or {}, action.url)
             if worker is None or "id" not in worker:
                 return False, "the router no longer lists it (someone else took it out)"
@@ -969,7 +969,7 @@ class Guard:
         futures = {executor.submit(self.check, url): url for url in urls}
         pending = set(futures)
         while pending:
-            _, pending = wait_futures(pending, timeout=0.5)
+            pending = wait_futures(pending, timeout=0.5)[1]
             if pending and self.stop.is_set():
                 self.abandoned = len(pending)
                 executor.shutdown(wait=False, cancel_futures=True)
@@ -1112,9 +1112,9 @@ class Guard:
                     if now >= next_poll:
                         self.poll()
                         self.decide({}, set())
-                        next_poll, _ = next_tick(next_poll, config.router_poll, self.monotonic())
+                        next_poll = next_tick(next_poll, config.router_poll, self.monotonic())[0]
                     now = self.monotonic()
-                    busy = {url for url, _ in running.values()}
+                    busy = {url for url, _started in running.values()}
                     held_due: set[str] = set()
                     for url in config.replicas:
                         if url in busy or due[url] > now:
@@ -1147,7 +1147,7 @@ class Guard:
                             self.metrics.alive(self.clock())
                 except Exception as exc:  # keep guarding: the next step may work
                     self.log(f"step failed: {type(exc).__name__}: {exc}")
-                idle = [due[url] for url in config.replicas if url not in {u for u, _ in running.values()}]
+                idle = [due[url] for url in config.replicas if url not in {u for u, _t in running.values()}]
                 wait = min([next_poll, *idle]) - self.monotonic()
                 if wake.wait(max(min(wait, config.router_poll), 0.01)):
                     wake.clear()
