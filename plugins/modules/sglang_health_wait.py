@@ -111,12 +111,12 @@ elapsed:
   returned: always
 """
 
-import ssl
 import time
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
 from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     CRASH_LOOP,
     HEALTHY,
@@ -132,13 +132,15 @@ from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
 
 
 def _status(url: str, timeout: float, ca_path: str | None = None) -> tuple[int | None, str]:
-    context = ssl.create_default_context(cafile=ca_path or None) if url.startswith("https:") else None
+    """The URL's HTTP status, or None and why there was none. An https URL is verified against ``ca_path``
+    (empty: the system's CAs); no ~/.netrc credentials and no compression, as a plain GET."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+        response = open_url(url, timeout=timeout, ca_path=ca_path or None, use_netrc=False, decompress=False)
+        with response:
             return response.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, ""
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UrlsConnectionError) as exc:
         return None, str(getattr(exc, "reason", exc))
 
 

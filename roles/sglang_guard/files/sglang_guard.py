@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """sglang-guard: ask every replica real questions on a schedule; take the bad ones out of the router.
 
 A NaN-poisoned sglang keeps ``/health`` at 200 and answers ``!!!!``; neither sglang nor the router (smg) looks

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """sglang-nan-tripwire: stop sglang at the first NaN its sampler reports, on a lane whose engine only logs it.
 
 sglang 0.5.9 (the seed lane) has no switch that ends the server at the first NaN: with --enable-nan-detection
@@ -12,9 +12,10 @@ talks to no router.
 A line is acted on only when it belongs to the service's current run (its journal entry's invocation ID is the
 unit's InvocationID): a line read late, after systemd already restarted the service, never kills the new run.
 Standard library only; the role installs it with the unit sglang-nan-tripwire.service when the lane's
-nan_fail_stop names a tripwire line (plugins/data/lanes.yml).
+nan_fail_stop names a tripwire line (plugins/data/lanes.yml), executable, and the unit runs it with
+/usr/bin/python3 (a node need not have a ``python`` for the shebang):
 
-    sglang_nan_tripwire.py --unit sglang.service --line "Detected errors during sampling! NaN in the logits."
+    /usr/bin/python3 sglang_nan_tripwire.py --unit sglang.service --line "<the lane's tripwire line>"
 """
 
 from __future__ import annotations
