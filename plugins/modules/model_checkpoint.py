@@ -28,7 +28,7 @@ description:
   - Needs huggingface_hub on the target's Python (see the model_checkpoint role's tool venv).
 version_added: "0.1.0"
 author:
-  - glm5-deploy
+  - glm5-deploy maintainers (@glm5-deploy)
 options:
   repo_id:
     description: Model repository, C(org/name).
@@ -82,19 +82,24 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Reads metadata and hashes present files; deletes and downloads nothing.
     support: full
-    details: Reads metadata and hashes present files; deletes and downloads nothing.
   diff_mode:
+    description: No diff of the checkpoint's files is returned.
     support: none
+  platform:
+    description: Any POSIX host, with a Python that has C(huggingface_hub) for a download from a hub.
+    support: full
+    platforms: posix
 notes:
-  - RV(changed) is true only when bytes were downloaded, copied, replaced or deleted, or modes fixed.
+  - C(changed) is true only when bytes were downloaded, copied, replaced or deleted, or modes fixed.
   - The manifest trusts a file whose size, mtime and inode are unchanged since it was hashed; use O(rehash)
     to distrust it.
 """
 
 EXAMPLES = r"""
 - name: Fetch GLM-5-NVFP4 at a pinned commit from a site mirror
-  model_checkpoint:
+  glm5.deploy.model_checkpoint:
     repo_id: nvidia/GLM-5-NVFP4
     revision: 0123456789abcdef0123456789abcdef01234567
     local_dir: /var/lib/sglang/models/GLM-5-NVFP4
@@ -107,7 +112,7 @@ EXAMPLES = r"""
     ansible_python_interpreter: /opt/glm5/hf-tools/bin/python
 
 - name: Copy a checkpoint from an NFS share and verify it
-  model_checkpoint:
+  glm5.deploy.model_checkpoint:
     revision: nfs
     source_path: /mnt/models/GLM-5-NVFP4
     local_dir: /var/lib/sglang/models/GLM-5-NVFP4

@@ -30,12 +30,24 @@ options:
     description: Floor of the /dev/shm size (GiB).
     type: float
     default: 0
-author: glm5-deploy
+attributes:
+  check_mode:
+    description: Read-only; it does the same in check mode.
+    support: full
+  diff_mode:
+    description: It changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Linux hosts (C(/proc/meminfo), C(/proc/cmdline), C(/dev/shm)).
+    support: full
+    platforms: posix
+author:
+  - glm5-deploy maintainers (@glm5-deploy)
 """
 
 EXAMPLES = r"""
 - name: Check the node's capacity
-  node_resources:
+  glm5.deploy.node_resources:
     paths: [/var/lib/sglang/models]
     min_free_disk_gib: 500
     min_ram_gib: 256

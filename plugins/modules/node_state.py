@@ -85,20 +85,32 @@ options:
         description: Whether it should be enabled.
         type: bool
         default: false
-author: glm5-deploy
+attributes:
+  check_mode:
+    description: Read-only; it does the same in check mode.
+    support: full
+  diff_mode:
+    description: It changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Any POSIX host.
+    support: full
+    platforms: posix
+author:
+  - glm5-deploy maintainers (@glm5-deploy)
 """
 
 EXAMPLES = r"""
 - name: Read the state of the service's files
-  node_state:
-    paths: "{{ my_role_files | node_state_expect }}"
+  glm5.deploy.node_state:
+    paths: "{{ my_role_files | glm5.deploy.node_state_expect }}"
     users: [{name: sglang, group: sglang, home: /var/lib/sglang, shell: /usr/sbin/nologin}]
     groups: [sglang]
   register: my_role_state
 
-- name: Install the service's files
+- name: Install the service's files only when the node differs
+  ansible.builtin.include_tasks: install.yml
   when: my_role_state.drift | length > 0
-  block: []
 """
 
 RETURN = r"""

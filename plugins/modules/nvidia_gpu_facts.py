@@ -15,7 +15,7 @@ description:
   - Read-only; it runs in check mode too.
 version_added: "0.1.0"
 author:
-  - glm5-deploy
+  - glm5-deploy maintainers (@glm5-deploy)
 options:
   nvidia_smi_path:
     description:
@@ -32,11 +32,18 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Read-only; it gathers the same facts in check mode.
     support: full
   diff_mode:
+    description: It changes nothing, so there is no diff.
     support: none
   facts:
+    description: Sets RV(ansible_facts.nvidia_gpu).
     support: full
+  platform:
+    description: Hosts with an NVIDIA driver's C(nvidia-smi).
+    support: full
+    platforms: posix
 notes:
   - The compute_cap query field needs driver R510 or newer.
   - On the project's lab hosts nvidia-smi is a test double that prints fixture data; the module reads it
@@ -45,17 +52,17 @@ notes:
 
 EXAMPLES = r"""
 - name: Gather GPU facts with nvidia-smi
-  nvidia_gpu_facts:
+  glm5.deploy.nvidia_gpu_facts:
 
 - name: Use an nvidia-smi that is not on PATH, and skip the topology
-  nvidia_gpu_facts:
+  glm5.deploy.nvidia_gpu_facts:
     nvidia_smi_path: /usr/local/nvidia/bin/nvidia-smi
     topology: false
 
 - name: Refuse tensor parallelism across PCIe-only GPUs
   ansible.builtin.assert:
-    that: nvidia_gpu.nvlink or sglang_tp_size == 1
-    fail_msg: "{{ nvidia_gpu.count }}x {{ nvidia_gpu.names[0] }} have no NVLink."
+    that: ansible_facts.nvidia_gpu.nvlink or sglang_tp_size == 1
+    fail_msg: "{{ ansible_facts.nvidia_gpu.count }}x {{ ansible_facts.nvidia_gpu.names[0] }} have no NVLink."
 """
 
 RETURN = r"""

@@ -36,12 +36,25 @@ options:
         stale; a rebuilt venv gets a new key.
       - No stamp is written in check mode.
     type: path
-author: glm5-deploy
+attributes:
+  check_mode:
+    description: It parses the arguments in check mode too; only the stamp in O(cache_dir) is not
+      written.
+    support: full
+  diff_mode:
+    description: It changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Any POSIX host with the sglang release's Python.
+    support: full
+    platforms: posix
+author:
+  - glm5-deploy maintainers (@glm5-deploy)
 """
 
 EXAMPLES = r"""
 - name: Check the rendered flags with the installed sglang
-  sglang_args_check:
+  glm5.deploy.sglang_args_check:
     python: /opt/sglang/current/venv/bin/python
     args: "{{ sglang_launch_args }}"
     expected_version: "0.5.23"

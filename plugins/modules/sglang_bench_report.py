@@ -37,12 +37,25 @@ options:
       output_len, prompts, command, note); printed at the top of the report.
     type: dict
     default: {}
-author: glm5-deploy
+attributes:
+  check_mode:
+    description: Reads and scrubs the results and returns the rows, but writes no file.
+    support: partial
+    details: In check mode C(changed) is true only when C(report.md) is missing.
+  diff_mode:
+    description: No diff of the report or the plots is returned.
+    support: none
+  platform:
+    description: Where the results were fetched to (the control node), with matplotlib.
+    support: full
+    platforms: posix
+author:
+  - glm5-deploy maintainers (@glm5-deploy)
 """
 
 EXAMPLES = r"""
 - name: Write the report
-  sglang_bench_report:
+  glm5.deploy.sglang_bench_report:
     results: "{{ fetched.files | map(attribute='path') }}"
     dest: reports/20261130T060000
     meta: {target: "router http://lab-gateway:30000", sglang_version: "0.5.23"}

@@ -17,7 +17,7 @@ description:
   - Read-only. It runs in check mode too.
   - The verdict and the symptom come from the C(service_start) module_utils.
 author:
-  - glm5-deploy
+  - glm5-deploy maintainers (@glm5-deploy)
 options:
   url:
     description: The health URL, for example C(http://127.0.0.1:30000/health_generate).
@@ -62,11 +62,22 @@ options:
     description: Epoch seconds; the journal is read from then on (the caller's time before the start).
     type: float
     default: 0
+attributes:
+  check_mode:
+    description: Read-only; it does the same in check mode.
+    support: full
+  diff_mode:
+    description: It changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Hosts with systemd (C(systemctl), C(journalctl)).
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
 - name: Wait until /health_generate answers 200 (a retry line every 10 s is the progress)
-  sglang_health_wait:
+  glm5.deploy.sglang_health_wait:
     url: http://127.0.0.1:30000/health_generate
     restarts_before: 0
   register: health

@@ -25,7 +25,7 @@ description:
   - The judging logic lives in the C(judge_verdict) module_utils, where the thresholds are documented; the
     probes and the HTTP side are in C(judge_probes), the journal reading in C(judge_journal).
 author:
-  - glm5-deploy
+  - glm5-deploy maintainers (@glm5-deploy)
 options:
   url:
     description:
@@ -175,8 +175,15 @@ options:
     default: 0
 attributes:
   check_mode:
-    support: full
     description: Only reads; it asks the same questions in check mode.
+    support: full
+  diff_mode:
+    description: It changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Any POSIX host.
+    support: full
+    platforms: posix
 notes:
   - "Degenerate output: a run of 8 or more identical non-whitespace characters (C(!!!!!!!!)) fails.
     Rule and digit characters (C(- = _ * # ~ . ` + | / \\ < >), digits) fail only when the run is at least
@@ -188,14 +195,14 @@ notes:
 
 EXAMPLES = r"""
 - name: Check that the model answers the default probes correctly.
-  sglang_inference_check:
+  glm5.deploy.sglang_inference_check:
     url: "http://127.0.0.1:30000"
     api_key: "{{ sglang_api_key }}"
     journal_unit: sglang.service
   become: true
 
 - name: Check a server whose thinking is switched off, with a probe of our own.
-  sglang_inference_check:
+  glm5.deploy.sglang_inference_check:
     url: "http://{{ inventory_hostname }}:30000"
     model: default
     logprobs: false
@@ -396,7 +403,8 @@ PROBE_OPTIONS: dict[str, Any] = {
     "name": {"type": "str", "required": True},
     "prompt": {"type": "str"},
     "messages": {"type": "list", "elements": "dict"},
-    "max_tokens": {"type": "int", "default": DEFAULT_MAX_TOKENS},
+    # A count of tokens, not a secret (its name has "token" in it).
+    "max_tokens": {"type": "int", "default": DEFAULT_MAX_TOKENS, "no_log": False},
     "expect": {"type": "str"},
     "expect_python": {"type": "bool", "default": False},
     "finish_reason": {"type": "str", "default": DEFAULT_FINISH_REASON, "choices": list(FINISH_REASONS)},
