@@ -1,12 +1,16 @@
-"""Release the fleet lock when a run ends before playbooks/unlock.yml (a failed play, Ctrl-C).
+"""Renew the fleet lock's lease while the run lives; release the lock when a run ends before
+playbooks/unlock.yml (a failed play, Ctrl-C).
 
-A failed play stops ansible-playbook before its last play, and Ctrl-C stops it anywhere, so the release
-that unlock.yml does would not run. This callback notes the lock a run took (the result of the module
-fleet_lock, role fleet_lock) and its release, and when the run ends with the lock still held (at the play
-recap, or at the exit of an interrupted process) it runs the module once more with `ansible`, with the run's
-own inventory, connection options and extra vars, to release it. A killed process (SIGKILL) runs nothing: the
-next run of the same controller takes that lock over (role fleet_lock), and another controller breaks it with
-fleet_lock_break.
+This callback notes the lock a run took (the result of the module fleet_lock, role fleet_lock). While the run
+holds it, a small renewer process (this file, run as a script) renews the lease every third of it with
+`ansible -m glm5.deploy.fleet_lock -a state=renewed`, with the run's own inventory, connection options and
+extra vars; it ends with the run. When the lock was taken over (the lease had expired) or cannot be renewed
+in time, the renewer interrupts the run (SIGINT, as Ctrl-C) before the lease ends, so two runs never proceed
+together. A failed play stops ansible-playbook before its last play, and Ctrl-C stops it anywhere, so the
+release that unlock.yml does would not run: when the run ends with the lock still held (at the play recap, or
+at the exit of an interrupted process) the callback releases it the same way. A killed process (SIGKILL) runs
+nothing and renews nothing: the next run of the same controller takes that lock over at once, any other run
+when its lease expires (role fleet_lock).
 """
 
 from __future__ import annotations
@@ -17,22 +21,35 @@ from __future__ import annotations
 DOCUMENTATION = """
 name: glm5_fleet_lock
 type: aggregate
-short_description: Release the fleet lock when a run ends early
+short_description: Renew the fleet lock's lease while the run lives, release it when the run ends early
 description:
-  - Releases the fleet lock (role fleet_lock) that a run took when the run fails or is interrupted before
-    playbooks/unlock.yml, through the module fleet_lock run with `ansible` and the run's own options.
+  - Renews the lease of the fleet lock (role fleet_lock) that a run took, every third of the lease, from a
+    renewer process that ends with the run and interrupts it when the lease cannot be kept.
+  - Releases the lock when the run fails or is interrupted before playbooks/unlock.yml, through the module
+    fleet_lock run with `ansible` and the run's own options.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
 """
 
 import atexit
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ansible import context
 from ansible.plugins.callback import CallbackBase
+
+try:
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
+        renew_interval,
+        renewal_verdict,
+    )
+except ImportError:  # run as the renewer script: the collection is on the path the callback passes
+    renew_interval = renewal_verdict = None  # type: ignore[assignment]
 
 # The run's command-line options that the release's `ansible` needs to reach the lock host as the run did.
 _VALUED = {
@@ -51,15 +68,9 @@ _SINGLE = {
 }
 
 
-def release_argv(ansible: str, lock: dict[str, str], args: dict) -> list[str]:
-    """The `ansible` command that releases ``lock`` (lock_host, path, token) with the run's options ``args``
-    (ansible.context.CLIARGS)."""
-    module_args = {
-        "path": lock["path"],
-        "state": "released",
-        "token": lock["token"],
-        "lock_host": lock["lock_host"],
-    }
+def module_argv(ansible: str, lock: dict, module_args: dict, args: dict) -> list[str]:
+    """The `ansible` command that runs the module fleet_lock with ``module_args`` on ``lock``'s host, with the
+    run's options ``args`` (ansible.context.CLIARGS)."""
     argv = [ansible, lock["lock_host"], "-m", "glm5.deploy.fleet_lock", "-a", json.dumps(module_args), "-o"]
     for key, flag in _VALUED.items():
         for value in args.get(key) or ():
@@ -72,6 +83,73 @@ def release_argv(ansible: str, lock: dict[str, str], args: dict) -> list[str]:
     return argv
 
 
+def release_argv(ansible: str, lock: dict, args: dict) -> list[str]:
+    """The `ansible` command that releases ``lock`` (lock_host, path, token) with the run's ``args``."""
+    module_args = {
+        "path": lock["path"],
+        "state": "released",
+        "token": lock["token"],
+        "lock_host": lock["lock_host"],
+    }
+    return module_argv(ansible, lock, module_args, args)
+
+
+def renew_argv(ansible: str, lock: dict, args: dict) -> list[str]:
+    """The `ansible` command that renews ``lock``'s lease."""
+    return module_argv(
+        ansible, lock, {"path": lock["path"], "state": "renewed", "token": lock["token"]}, args
+    )
+
+
+def module_action(output: str) -> str:
+    """The module's action in `ansible -o` output (``host | SUCCESS => {...}``); 'failed' without one."""
+    _head, sep, tail = output.partition("=> ")
+    if not sep:
+        return "failed"
+    try:
+        return str(json.loads(tail.splitlines()[0]).get("action"))
+    except (ValueError, AttributeError, IndexError):
+        return "failed"
+
+
+def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
+    """The renewer: renew the lease every third of it while ``parent`` (the ansible-playbook process) lives;
+    interrupt it (SIGINT) when the lock is lost or two renewals failed. Returns why it stopped."""
+    interval = renew_interval(lease_seconds)
+    renewed = time.monotonic()
+    wait = interval
+    while True:
+        time.sleep(wait)
+        if os.getppid() != parent:  # the run ended (its orphan never signals a reused PID)
+            return "ended"
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=interval, check=False)
+            action = module_action(done.stdout)
+        except (OSError, subprocess.SubprocessError) as err:
+            action = f"failed: {err}"
+        verdict = renewal_verdict(action, time.monotonic() - renewed, lease_seconds)
+        if verdict == "renewed":
+            renewed, wait = time.monotonic(), interval
+            continue
+        if verdict == "retry":
+            wait = min(5.0, interval / 4)
+            continue
+        why = (
+            "another run holds it now (this run's lease had expired)"
+            if verdict == "lost"
+            else f"its lease could not be renewed for {int(time.monotonic() - renewed)} s"
+        )
+        if os.getppid() == parent:
+            print(
+                f"[glm5_fleet_lock] ERROR: the fleet lock on {argv[1]}: {why}. Stopping this run (as Ctrl-C) "
+                "so that two runs never change the fleet together; run it again when the lock is free.",
+                file=sys.stderr,
+                flush=True,
+            )
+            os.kill(parent, signal.SIGINT)
+        return verdict
+
+
 class CallbackModule(CallbackBase):
     """Tracks the fleet lock a run holds and releases it when the run ends early."""
 
@@ -82,20 +160,46 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
-        self._held: dict[str, str] | None = None
+        self._held: dict | None = None
+        self._renewer: subprocess.Popen | None = None
         atexit.register(self._release)
 
     def v2_runner_on_ok(self, result) -> None:
         res = result._result
         if res.get("action") in ("take", "keep", "take_over") and res.get("fleet_lock"):
             self._held = res["fleet_lock"]
+            self._start_renewer(self._held)
         elif res.get("action") in ("release", "free", "other") and "fleet_lock" in res:
+            self._stop_renewer()
             self._held = None
 
     def v2_playbook_on_stats(self, stats) -> None:
         self._release()
 
+    def _start_renewer(self, lock: dict) -> None:
+        """One renewer per run, for a lock with a lease."""
+        if self._renewer is not None or int(lock.get("lease_seconds") or 0) <= 0:
+            return
+        ansible = str(Path(sys.argv[0]).with_name("ansible"))
+        job = {
+            "argv": renew_argv(ansible, lock, dict(context.CLIARGS)),
+            "lease_seconds": int(lock["lease_seconds"]),
+            "parent": os.getpid(),
+            # <path>/ansible_collections/glm5/deploy/plugins/callback/<this file>: <path> holds the collection
+            "collections": str(Path(__file__).parents[5]),
+        }
+        self._renewer = subprocess.Popen(
+            [sys.executable, __file__, json.dumps(job)], stdin=subprocess.DEVNULL, start_new_session=False
+        )
+
+    def _stop_renewer(self) -> None:
+        if self._renewer is not None:
+            self._renewer.terminate()
+            self._renewer.wait(timeout=10)
+            self._renewer = None
+
     def _release(self) -> None:
+        self._stop_renewer()
         if not self._held:
             return
         lock, self._held = self._held, None
@@ -119,3 +223,16 @@ class CallbackModule(CallbackBase):
             )
         else:
             self._display.display(f"Released the fleet lock on {lock['lock_host']} (the run ended early).")
+
+
+if __name__ == "__main__":
+    # The renewer (CallbackModule._start_renewer): the job's argv, lease and parent as one JSON argument.
+    JOB = json.loads(sys.argv[1])
+    sys.path.insert(0, JOB["collections"])
+    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
+        renew_interval,
+        renewal_verdict,
+    )
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    renew_while_alive(JOB["argv"], JOB["lease_seconds"], JOB["parent"])

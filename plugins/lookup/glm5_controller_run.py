@@ -11,13 +11,14 @@ short_description: The run that asks for the fleet lock (controller, user, ansib
 description:
   - Returns one mapping for this ansible-playbook process on the controller, as module_utils.fleet_lock's
     controller_run builds it - controller host name, user, the main process's PID and start time, the command
-    (program, playbooks, --limit, -i, --tags, --check; never extra vars), the time now (UTC) and a token
-    that is the same for every task of the run.
+    (program, playbooks, --limit, -i, --tags, --check; never extra vars), the time now (UTC), a token
+    that is the same for every task of the run, and the AWX job id when AWX or AAP's controller runs it
+    (its awx_job_id or tower_job_id extra var).
 """
 
 RETURN = """
 _raw:
-  description: One mapping (controller, user, pid, pid_start, command, started, token).
+  description: One mapping (controller, user, pid, pid_start, command, started, token, job).
   type: list
   elements: dict
 """
@@ -29,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import controller_run
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import awx_job, controller_run
 
 
 def _stat(pid: int) -> str:
@@ -52,5 +53,6 @@ class LookupModule(LookupBase):
                 _stat,
                 _cmdline,
                 datetime.now(UTC),
+                awx_job(variables or {}),
             )
         ]

@@ -15,18 +15,28 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
     LockError,
+    after_wait,
+    awx_job,
     check_record,
     controller_run,
     decide,
     describe,
     holder_gone,
+    lease_state,
+    leased,
     main_process,
     recorded_command,
     release_decision,
+    renew,
+    renew_interval,
+    renewal_verdict,
     stat_start,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 from project_modules import load_module
 
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 14, 30, tzinfo=UTC)
 PLAYBOOK = ["/usr/bin/python3", "/srv/.venv/bin/ansible-playbook", "playbooks/rolling_update.yml"]
 
@@ -155,6 +165,7 @@ def test_the_module_takes_keeps_refuses_and_releases(
         "lock_host": "gw",
         "path": path,
         "token": first["token"],
+        "lease_seconds": 0,
     }
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert run_module({"path": path, "holder": first}, capsys)["action"] == "keep"
@@ -221,9 +232,7 @@ def test_the_callback_releases_with_the_runs_own_options() -> None:
     from importlib.util import module_from_spec, spec_from_file_location
 
     root = Path(__file__).resolve().parents[2]
-    spec = spec_from_file_location(
-        "glm5_fleet_lock", root / "plugins" / "callback" / "glm5_fleet_lock.py"
-    )
+    spec = spec_from_file_location("glm5_fleet_lock", root / "plugins" / "callback" / "glm5_fleet_lock.py")
     assert spec and spec.loader
     callback = module_from_spec(spec)
     spec.loader.exec_module(callback)
@@ -250,3 +259,194 @@ def test_the_callback_releases_with_the_runs_own_options() -> None:
     ):
         assert any(argv[i : i + 2] == pair for i in range(len(argv))), pair
     assert "-b" in argv and "--private-key" not in argv
+
+
+# The lease (AWX jobs and lost controllers: no PID to check, so a lease that a live run renews).
+
+T0 = 1_764_600_000.0
+
+
+def test_a_lease_is_live_until_it_expires_and_a_record_without_one_has_none() -> None:
+    record = leased(me(), T0, 120)
+    assert (record["renewed"], record["expires"], record["lease_seconds"]) == (T0, T0 + 120, 120)
+    assert lease_state(record, T0 + 119.9) == "live"
+    assert lease_state(record, T0 + 120) == "expired"
+    assert lease_state(me(), T0) == "none" and lease_state(None, T0) == "none"
+    assert lease_state({**record, "expires": "soon"}, T0) == "none"
+
+
+def test_decide_with_leases() -> None:
+    mine = me()
+    other = leased({**me(), "token": "other", "controller": "awx-job-pod"}, T0, 120)
+    assert decide(other, mine, "", T0 + 10) == "wait"
+    assert decide(other, mine, "", T0 + 121) == "take_over"
+    assert decide(other, mine, "*", T0 + 10) == "take_over"
+    assert decide({**other, "token": mine["token"]}, mine, "", T0 + 500) == "keep"
+    # Written without a lease (before leases, or lease 0): refused until broken, as before.
+    legacy = {k: v for k, v in other.items() if k not in ("renewed", "expires", "lease_seconds")}
+    assert decide(legacy, mine, "", T0 + 10_000) == "refuse"
+
+
+def test_a_watched_lease_ends_in_a_refusal_when_renewed_and_a_take_over_when_it_expires() -> None:
+    first = leased({**me(), "token": "other"}, T0, 30)
+    assert after_wait(first, first, T0 + 10) == "wait"
+    assert after_wait(first, leased(first, T0 + 20, 30), T0 + 21) == "refuse"  # renewed: alive
+    assert after_wait(first, first, T0 + 30) == "take_over"  # expired without a renewal: gone
+    assert after_wait(first, None, T0 + 5) == "take"  # released meanwhile
+    assert after_wait(first, leased({**me(), "token": "third"}, T0 + 5, 30), T0 + 6) == "refuse"
+
+
+def test_renew_extends_only_the_holders_own_lease() -> None:
+    record = leased(me(), T0, 60)
+    action, renewed = renew(record, record["token"], T0 + 20)
+    assert action == "renew" and renewed is not None and renewed["expires"] == T0 + 80
+    assert renew(record, "another-token", T0 + 20) == ("lost", None)
+    assert renew(None, record["token"], T0 + 20) == ("lost", None)
+    assert renew(me(), me()["token"], T0) == ("lost", None)  # no lease to renew
+
+
+@given(lease=st.integers(min_value=3, max_value=3600), since=st.floats(min_value=0, max_value=10_000))
+def test_a_run_stops_itself_before_its_lease_can_expire(lease: int, since: float) -> None:
+    """Two missed renewals stop the run a whole interval before the lease ends, whatever the lease."""
+    verdict = renewal_verdict("failed", since, lease)
+    assert verdict == ("expiring" if since >= lease - renew_interval(lease) else "retry")
+    assert lease - renew_interval(lease) < lease
+    assert renewal_verdict("renew", since, lease) == "renewed"
+    assert renewal_verdict("lost", since, lease) == "lost"
+
+
+def test_the_awx_job_id_is_recorded_and_named() -> None:
+    assert awx_job({"awx_job_id": 4711}) == "4711"
+    assert awx_job({"tower_job_id": "12"}) == "12"
+    assert awx_job({}) == ""
+    run = controller_run("awx-job-4711", "runner", 300, read_stat, read_cmdline, NOW, job="4711")
+    record = leased({**run, "started": "2026-12-01T14:16:00Z"}, NOW.timestamp() - 20, 120)
+    words = describe(record, NOW)
+    assert "runner@awx-job-4711 (AWX job 4711, ansible-playbook PID 200)" in words, words
+    assert "lease of 120 s renewed 20 s ago, expiring at 14:31:40Z" in words, words
+
+
+def test_the_module_leases_renews_and_loses_the_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "fleet.lock")
+    first = me()
+    taken = run_module({"path": path, "holder": first, "lease_seconds": 60, "lock_host": "gw"}, capsys)
+    assert taken["fleet_lock"]["lease_seconds"] == 60
+    record = json.loads(Path(path).read_text())
+    assert record["expires"] - record["renewed"] == 60
+    renewed = run_module({"path": path, "state": "renewed", "token": first["token"]}, capsys)
+    assert renewed["action"] == "renew" and not renewed["changed"]
+    assert json.loads(Path(path).read_text())["renewed"] >= record["renewed"]
+    lost = run_module({"path": path, "state": "renewed", "token": "not-the-holder"}, capsys)
+    assert lost["action"] == "lost"
+
+
+def test_the_module_watches_a_lease_until_it_expires_or_is_renewed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead holder's lease (2 s left, nobody renews) is taken over after it expires; a live one (renewed
+    while watched) refuses."""
+    import threading
+    import time as clock
+
+    path = tmp_path / "fleet.lock"
+    other = {**me(), "token": "awx", "controller": "awx-job-pod", "job": "4711"}
+    path.write_text(json.dumps(leased(other, clock.time() - 28, 30)))
+    seen = run_module({"path": str(path), "holder": me(), "lease_seconds": 30}, capsys)
+    assert seen["action"] == "wait" and seen["refused"]
+    watched = run_module(
+        {"path": str(path), "holder": me(), "lease_seconds": 30, "wait_for": seen["holder"]}, capsys
+    )
+    assert watched["action"] == "take_over" and 1 <= watched["waited"] < 10, watched
+    assert json.loads(path.read_text())["token"] == me()["token"]
+
+    alive = leased(other, clock.time(), 30)
+    path.write_text(json.dumps(alive))
+    renewal = threading.Timer(1.5, lambda: path.write_text(json.dumps(leased(other, clock.time(), 30))))
+    renewal.start()
+    refused = run_module({"path": str(path), "holder": me(), "lease_seconds": 30, "wait_for": alive}, capsys)
+    renewal.join()
+    assert refused["action"] == "refuse" and refused["refused"] and refused["waited"] < 10, refused
+    assert json.loads(path.read_text())["token"] == "awx"
+
+
+def test_the_module_in_check_mode_holds_nothing_to_renew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_module(
+        {
+            "path": str(tmp_path / "fleet.lock"),
+            "holder": me(),
+            "lease_seconds": 60,
+            "_ansible_check_mode": True,
+        },
+        capsys,
+    )
+    assert result["action"] == "take" and result["fleet_lock"] is None
+
+
+def load_callback() -> Any:
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("glm5_fleet_lock", ROOT / "plugins" / "callback" / "glm5_fleet_lock.py")
+    assert spec and spec.loader
+    callback = module_from_spec(spec)
+    spec.loader.exec_module(callback)
+    return callback
+
+
+def test_the_renewer_renews_while_the_run_lives_and_interrupts_it_when_the_lock_is_lost(
+    tmp_path: Path,
+) -> None:
+    """The callback's renewer, as the callback starts it, beside a stand-in for ansible-playbook (a process
+    that records the SIGINT it gets) and a stand-in `ansible` that answers renew twice, then lost."""
+    calls = tmp_path / "calls"
+    ansible = tmp_path / "ansible"
+    ansible.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> {calls}\n"
+        f"if [ $(wc -l < {calls}) -le 2 ]; then a=renew; else a=lost; fi\n"
+        'echo "gw | SUCCESS => {\\"action\\": \\"$a\\"}"\n'
+    )
+    ansible.chmod(0o755)
+    callback = load_callback()
+    argv = callback.renew_argv(str(ansible), {"lock_host": "gw", "path": "/l", "token": "t"}, {})
+    assert json.loads(argv[5]) == {"path": "/l", "state": "renewed", "token": "t"}
+    job = {"argv": argv, "lease_seconds": 3, "parent": 0, "collections": str(ROOT / "collections")}
+    interrupted = tmp_path / "interrupted"
+    run = (
+        "import json, os, signal, subprocess, sys, time\n"
+        f"signal.signal(signal.SIGINT, lambda *_: open({str(interrupted)!r}, 'w').close())\n"
+        f"job = {json.dumps(job)}; job['parent'] = os.getpid()\n"
+        f"script = {str(ROOT / 'plugins/callback/glm5_fleet_lock.py')!r}\n"
+        "r = subprocess.Popen([sys.executable, script, json.dumps(job)], stderr=subprocess.PIPE, text=True)\n"
+        "print(r.wait(timeout=30)); print(r.stderr.read())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", run], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().count("x") == 3  # renewed, renewed, lost
+    assert interrupted.exists(), done.stdout
+    assert "another run holds it now" in done.stdout and "Stopping this run" in done.stdout, done.stdout
+
+
+def test_the_renewer_stops_when_the_run_ends(tmp_path: Path) -> None:
+    """An orphaned renewer (its ansible-playbook killed) renews nothing more and signals no one."""
+    callback = load_callback()
+    calls = tmp_path / "calls"
+    ansible = tmp_path / "ansible"
+    ansible.write_text(f'#!/bin/sh\necho x >> {calls}\necho \'gw | SUCCESS => {{"action": "renew"}}\'\n')
+    ansible.chmod(0o755)
+    argv = callback.renew_argv(str(ansible), {"lock_host": "gw", "path": "/l", "token": "t"}, {})
+    # The parent is not this renewer's parent: it behaves as an orphan from its first look.
+    assert callback.renew_while_alive(argv, 3, parent=-1) == "ended"
+    assert not calls.exists()
+
+
+def test_module_action_reads_ansibles_one_line_output() -> None:
+    callback = load_callback()
+    assert callback.module_action('gw | SUCCESS => {"action": "renew", "changed": false}') == "renew"
+    assert callback.module_action('gw | UNREACHABLE! => {"msg": "ssh"}') == "None"
+    assert callback.module_action("ERROR! no inventory") == "failed"
