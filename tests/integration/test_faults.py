@@ -256,6 +256,10 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
     assert message.count("Unable to restart service sglang") == 2, message
     assert "is OUT of the router and held out" in message and f"left on release {release}" in message, message
     assert "run the same command again" in message, message
+    # What an AWX job keeps (set_stats): the replica, its outcome and why.
+    published = run.custom_stats()["glm5_rollout"][ROLLED]
+    assert published["outcome"] == "restore failed", published
+    assert "Unable to restart service sglang" in published["symptom"], published
     assert ROLLED_URL not in router_workers(), "the router still routes to the replica it names as out"
     assert held(ROLLED_URL), "the replica is out but not held: the guard could put it back unproven"
     assert lab(ROLLED, f"test -s {SWITCH_RECORD}", check=False).returncode == 0, "the switch's record is gone"
@@ -419,6 +423,8 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     assert "Took over the fleet lock" in run.stdout
     plan = run.results("Report the replica's plan")[ROLLED]["msg"]
     assert "resume the switch an interrupted run began" in plan, plan
+    published = run.custom_stats()["glm5_rollout"][ROLLED]
+    assert (published["outcome"], published["verdict"]) == ("updated", "passed"), published
     workers = router_workers()
     assert workers.get(ROLLED_URL, {}).get("is_healthy"), workers
     assert not held(ROLLED_URL)
@@ -430,6 +436,7 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     again = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}")
     assert again.status == "successful" and again.count("changed", ROLLED) == 0, again.stats
     assert "up to date" in again.results("Report the replica's plan")[ROLLED]["msg"]
+    assert again.custom_stats()["glm5_rollout"][ROLLED]["outcome"] == "unchanged"
 
 
 def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> None:

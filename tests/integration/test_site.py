@@ -69,6 +69,24 @@ def test_the_projects_callbacks_load_under_ansible_runner(converged) -> None:
     assert "TASKS RECAP" in checked.stdout  # profile_tasks, from the collections' own path
 
 
+def test_the_run_publishes_its_results_for_awx(converged) -> None:
+    """set_stats: what an AWX job keeps (its artifacts) and a workflow branches on - every replica's verdict
+    and router membership, the endpoint, the model, the checkpoint's revision, the release, the evidence."""
+    first, _ = converged
+    fleet = first.custom_stats()["glm5_fleet"]
+    assert set(fleet["replicas"]) == set(LAB_NODES), fleet
+    for host, replica in fleet["replicas"].items():
+        assert (replica["verdict"], replica["router"], replica["symptom"]) == ("passed", "in", ""), (
+            host,
+            replica,
+        )
+        assert replica["release"] != "-" and replica["profile"] == "cpu/current", (host, replica)
+    assert fleet["endpoint"].startswith("https://lab-gateway"), fleet
+    assert fleet["model"] == "glm5-lab/glm5-lab-tiny" and len(fleet["checkpoint_revision"]) == 40, fleet
+    assert (fleet["passed"], fleet["failed"], fleet["routed"]) == (len(LAB_NODES), 0, len(LAB_NODES))
+    assert fleet["evidence"] != "-"
+
+
 def test_the_site_ran_from_the_installed_collection(converged, user_project) -> None:
     """The check-mode run's roles and plugins are the artifact's, not this repository's: a user's project
     (its own ansible.cfg, an empty collections path but for the artifact) runs glm5.deploy.site."""
