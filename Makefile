@@ -28,7 +28,7 @@ CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
 COLLECTION_DIR := $(CURDIR)/build/collection
 
-.PHONY: help deps venv collection collection-install lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
+.PHONY: help deps venv collection collection-install ee lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -60,6 +60,11 @@ collection: venv ## Build the installable collection glm5.deploy into build/coll
 	rm -rf $(COLLECTION_DIR) && mkdir -p $(COLLECTION_DIR)
 	@# The repository root is the collection root; galaxy.yml's build_ignore leaves the lab and the links out.
 	$(BIN)/ansible-galaxy collection build . --output-path $(COLLECTION_DIR)
+
+ee: collection ## The execution environment's build context (build/ee/context; then ansible-builder build).
+	rm -rf build/ee && mkdir -p build/ee
+	cp $(COLLECTION_DIR)/glm5-deploy-*.tar.gz build/ee/glm5-deploy.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee/context
 
 image: deps ## Build the lab's systemd image when it is missing (cached in ~/.cache/glm5-deploy).
 	lab/bin/build-image

@@ -95,6 +95,53 @@ def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_collection(tmp_path_factory.mktemp("user-project"))
 
 
+def clean_clone(dest: Path) -> str:
+    """A git repository at ``dest`` holding this work tree as a commit would (tracked files and new ones git
+    does not ignore, links kept as links): what a clean clone of it holds. Returns its git+file URL, the form
+    `ansible-galaxy collection install` and an AWX project's collections/requirements.yml take."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    files = [p for p in listed.split(b"\0") if p and os.path.lexists(ROOT / os.fsdecode(p))]
+    dest.mkdir(parents=True)
+    pack = subprocess.run(
+        ["tar", "--null", "-T", "-", "-cf", "-"],
+        cwd=ROOT,
+        input=b"\0".join(files),
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-xf", "-"], cwd=dest, input=pack.stdout, check=True)
+    git = ["git", "-c", "user.name=lab", "-c", "user.email=lab@localhost", "-c", "init.defaultBranch=main"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the work tree"]):
+        subprocess.run([*git, *argv], cwd=dest, check=True, capture_output=True)
+    return f"git+file://{dest}"
+
+
+@pytest.fixture(scope="session")
+def git_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ansible.cfg of a user's project whose glm5.deploy was installed from a git URL (a clean clone of
+    this work tree), as `ansible-galaxy collection install git+<url>` and AWX's requirements.yml do."""
+    project = tmp_path_factory.mktemp("git-project")
+    url = clean_clone(project / "repository")
+    installed = project / "installed"
+    config = project / "ansible.cfg"
+    config.write_text(USER_CFG.format(inventory=ROOT / "inventory" / "lab", collections=installed))
+    galaxy = ROOT / ".venv" / "bin" / "ansible-galaxy"
+    done = subprocess.run(
+        [str(galaxy), "collection", "install", url, "-p", str(installed)],
+        env={**os.environ, "ANSIBLE_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "was installed successfully" in done.stdout, done.stdout + done.stderr
+    return config
+
+
 @dataclass
 class Run:
     """The outcome of one ansible-runner run: its status, per-host stats and every event."""

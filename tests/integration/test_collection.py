@@ -63,3 +63,24 @@ def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> N
     assert wanted <= names
     assert {"roles/sglang_guard/files/judge_probes.py", "roles/sglang_guard/files/judge_verdict.py"} <= names
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+    # The license, the changelog (antsibull-changelog's collection format) and the production example ship;
+    # the lab, its tests and the repository's links do not, and no shipped file names a path it lacks.
+    assert {
+        "LICENSE",
+        "CHANGELOG.md",
+        "changelogs/changelog.yaml",
+        "inventory/production.example/hosts.yml",
+    } <= names
+    assert not [
+        n for n in names if n.split("/")[0] in {"lab", "molecule", "python_plugins", "collections", "build"}
+    ]
+    assert not [n for n in names if n.startswith(("tests/unit", "tests/integration", "inventory/lab"))]
+    with tarfile.open(artifact) as tar:
+        texts = {
+            m.name: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+            for m in members
+            if m.isfile() and m.name.endswith((".md", ".yml", ".py", ".j2", ".json", ".cfg"))
+        }
+    assert not [name for name, text in texts.items() if "python_plugins/" in text], (
+        "a path the artifact lacks"
+    )

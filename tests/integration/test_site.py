@@ -15,17 +15,18 @@ GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel s
 
 
 @pytest.fixture(scope="module")
-def converged(run_playbook, user_project) -> tuple[Run, Run]:
-    """The site playbook in check mode, and the run the tests read. make integration converges the fleet
-    (molecule default, site.yml from this repository) just before, so one check-mode run serves: every module
-    this reads (GPU facts, the inference check, the summary) runs in check mode too. That run is a user's: the
-    collection's glm5.deploy.site by its FQCN, from its installed artifact (user_project). A fleet that is not
-    converged is converged first."""
-    checked = run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
-    if checked.status == "successful" and sum(checked.stats.get("changed", {}).values()) == 0:
-        return checked, checked
-    first = run_playbook("site.yml")
-    return first, run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
+def converged(run_playbook, git_project, user_project) -> tuple[Run, Run]:
+    """The site playbook in check mode, and the runs the tests read. make integration converges the fleet
+    (molecule default, site.yml from this repository) just before, so check-mode runs serve: every module
+    this reads (GPU facts, the inference check, the summary) runs in check mode too. Those runs are a user's:
+    the collection's glm5.deploy.site by its FQCN, first as installed from a git URL (git_project, the run the
+    tests read), then as installed from the tarball (user_project). A fleet that is not converged is converged
+    first."""
+    checked = run_playbook("glm5.deploy.site", cmdline="--check", config=git_project)
+    if checked.status != "successful" or sum(checked.stats.get("changed", {}).values()) != 0:
+        run_playbook("site.yml")
+        checked = run_playbook("glm5.deploy.site", cmdline="--check", config=git_project)
+    return checked, run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
 
 
 def test_site_reports_every_node(converged) -> None:
@@ -56,9 +57,10 @@ def test_every_node_serves_the_tiny_model_and_answers_correctly(converged) -> No
 
 
 def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
-    _, checked = converged
-    assert checked.status == "successful"
-    assert sum(checked.stats.get("changed", {}).values()) == 0
+    """From the collection installed from git and from the one installed from the tarball."""
+    for checked in converged:
+        assert checked.status == "successful"
+        assert sum(checked.stats.get("changed", {}).values()) == 0
 
 
 def test_the_projects_callbacks_load_under_ansible_runner(converged) -> None:
@@ -87,16 +89,19 @@ def test_the_run_publishes_its_results_for_awx(converged) -> None:
     assert fleet["evidence"] != "-"
 
 
-def test_the_site_ran_from_the_installed_collection(converged, user_project) -> None:
-    """The check-mode run's roles and plugins are the artifact's, not this repository's: a user's project
-    (its own ansible.cfg, an empty collections path but for the artifact) runs glm5.deploy.site."""
-    _, checked = converged
-    installed = user_project.parent / "build" / "installed" / "ansible_collections" / "glm5" / "deploy"
-    assert (installed / "MANIFEST.json").is_file()
-    task_paths = (e["event_data"].get("task_path") for e in checked.events)
-    task_files = {path.split(":")[0] for path in task_paths if path}
-    assert any("/roles/" in path for path in task_files)
-    assert all(path.startswith(f"{installed}/") for path in task_files), sorted(task_files)[:5]
+def test_the_site_ran_from_the_installed_collection(converged, git_project, user_project) -> None:
+    """The check-mode runs' roles and plugins are the installed collection's, not this repository's: a user's
+    project (its own ansible.cfg, an empty collections path but for the collection) runs glm5.deploy.site,
+    once as installed from a git URL, once as installed from the tarball."""
+    from_git = git_project.parent / "installed" / "ansible_collections" / "glm5" / "deploy"
+    from_tarball = user_project.parent / "build" / "installed" / "ansible_collections" / "glm5" / "deploy"
+    for checked, installed in zip(converged, (from_git, from_tarball), strict=True):
+        assert (installed / "MANIFEST.json").is_file()
+        task_paths = (e["event_data"].get("task_path") for e in checked.events)
+        task_files = {path.split(":")[0] for path in task_paths if path}
+        assert any("/roles/" in path for path in task_files)
+        assert all(path.startswith(f"{installed}/") for path in task_files), sorted(task_files)[:5]
+    assert not (from_git / "python_plugins").exists() and not (from_git / "lab").exists()
 
 
 RENDER_TASK = "Render the launch flags for the lane's sglang version"
