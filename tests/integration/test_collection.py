@@ -1,9 +1,12 @@
 """The collection glm5.deploy as a user installs it: make collection's artifact, installed into an empty
-collections path of a project of its own (conftest.user_project). ansible-doc documents every module and role
-from the artifact; test_site.py runs its site playbook, glm5.deploy.site, by its FQCN against the lab."""
+collections path of a project of its own (conftest.user_project). ansible-doc documents every module, filter
+and role from the artifact; test_site.py runs its site playbook, glm5.deploy.site, by its FQCN against the
+lab."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import re
 import subprocess
@@ -18,6 +21,19 @@ pytestmark = pytest.mark.controller
 
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+
+
+def _filters() -> list[str]:
+    """Every filter the filter plugins export (FilterModule.filters()), each documented by its
+    plugins/filter/<name>.yml."""
+    names = []
+    for path in (ROOT / "plugins" / "filter").glob("*.py"):
+        module = importlib.import_module(f"ansible_collections.glm5.deploy.plugins.filter.{path.stem}")
+        names += module.FilterModule().filters()
+    return sorted(names)
+
+
+FILTERS = _filters()
 
 
 def ansible_doc(config: Path, *args: str) -> str:
@@ -38,6 +54,17 @@ def test_ansible_doc_documents_every_module_from_the_artifact(user_project: Path
     for name in MODULES:
         assert f"> MODULE glm5.deploy.{name} ({installed}/plugins/modules/{name}.py)" in text, name
     assert text.count("OPTIONS") == text.count("EXAMPLES") == text.count("RETURN VALUES") == len(MODULES)
+
+
+def test_ansible_doc_documents_every_filter_from_the_artifact(user_project: Path) -> None:
+    text = ansible_doc(user_project, "-t", "filter", *(f"glm5.deploy.{name}" for name in FILTERS))
+    installed = user_project.parent / "build" / "installed" / "ansible_collections" / "glm5" / "deploy"
+    for name in FILTERS:
+        assert f"> FILTER glm5.deploy.{name} ({installed}/plugins/filter/{name}.yml)" in text, name
+    assert text.count("EXAMPLES:") == text.count("RETURN VALUES:") == len(FILTERS)
+    listed = json.loads(ansible_doc(user_project, "-t", "filter", "-l", "-j", "glm5.deploy"))
+    assert sorted(listed) == [f"glm5.deploy.{name}" for name in FILTERS]
+    assert not [fqcn for fqcn, description in listed.items() if description == "UNDOCUMENTED"]
 
 
 def test_ansible_doc_documents_every_role_and_entry_point_from_the_artifact(user_project: Path) -> None:
@@ -70,6 +97,7 @@ def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> N
         "CHANGELOG.md",
         "changelogs/changelog.yaml",
         "inventory/production.example/hosts.yml",
+        "tests/sanity/ignore-2.19.txt",
     } <= names
     assert not [
         n for n in names if n.split("/")[0] in {"lab", "molecule", "python_plugins", "collections", "build"}
