@@ -7,6 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
+    edge_lines,
     failure_words,
     fleet_summary,
     proven_replicas,
@@ -22,6 +23,12 @@ from ansible_collections.glm5.deploy.plugins.module_utils.guard_policy import (
 def glm5_fleet_summary(hosts: list[str], hostvars: Any) -> list[str]:
     """Per-host table of what was deployed and validated: ``hosts | glm5_fleet_summary(hostvars)``."""
     return fleet_summary(hosts, {h: hostvars[h] for h in hosts})
+
+
+def glm5_edge_summary(routers: list[str], hostvars: Any) -> list[str]:
+    """A line for each router host whose edge speaks plain HTTP, for the end of the fleet summary:
+    ``groups['sglang_router'] | glm5_edge_summary(hostvars)``."""
+    return edge_lines(routers, {h: hostvars[h] for h in routers})
 
 
 def glm5_validation_table(hosts: list[str], hostvars: Any) -> list[str]:
@@ -69,6 +76,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
+            "glm5_edge_summary": glm5_edge_summary,
             "glm5_failure_words": glm5_failure_words,
             "glm5_fleet_summary": glm5_fleet_summary,
             "glm5_gate_plan": glm5_gate_plan,

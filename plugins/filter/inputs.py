@@ -12,6 +12,7 @@
     {{ ports | sglang_low_port_problems(units, roles_dir) }}            -> [problem, ...]
     {{ admin_key | sglang_admin_key_problems(var) }}                    -> [problem, ...] (never the key)
     {{ groups | sglang_key_sharing_problems(hostvars) }}                 -> [problem, ...] (never a key)
+    {{ certificate | sglang_edge_tls_problems(private_key, plain_http, port) }} -> [problem, ...] (no PEM)
 
 Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py).
 """
@@ -26,6 +27,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     admin_key_problems,
     bind_problems,
     checkpoint_problems,
+    edge_tls_problems,
     fleet_key_problems,
     gpu_problems,
     lost_gpu_problems,
@@ -112,6 +114,12 @@ def sglang_admin_key_problems(key: Any, var: str) -> list[str]:
     return admin_key_problems(key, var=str(var))
 
 
+def sglang_edge_tls_problems(
+    certificate: Any, private_key: Any, plain_http: Any, port: Any = 30000
+) -> list[str]:
+    return edge_tls_problems(certificate, private_key, plain_http, port=port)
+
+
 # Which hosts hold each key: the nodes' keys on sglang_nodes, the router's on sglang_router. The clients' keys
 # the edge still accepts during a rotation count as the clients' key.
 _KEY_HOLDERS = {
@@ -161,4 +169,5 @@ class FilterModule:
             "sglang_low_port_problems": sglang_low_port_problems,
             "sglang_admin_key_problems": sglang_admin_key_problems,
             "sglang_key_sharing_problems": sglang_key_sharing_problems,
+            "sglang_edge_tls_problems": sglang_edge_tls_problems,
         }

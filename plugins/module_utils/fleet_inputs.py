@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import ProbeError, normalize_probe
 from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
     MIN_WORDS as RECALL_MIN_WORDS,
@@ -315,6 +316,44 @@ def admin_key_problems(key: Any, *, var: str) -> list[str]:
             "(name:role:user:key); use a key without one (the value is not shown)"
         )
     return problems
+
+
+# The router's edge: TLS with a certificate and its key, plain HTTP only when the inventory says so.
+EDGE_CERT, EDGE_KEY, EDGE_PLAIN = (
+    "sglang_router_tls_certificate",
+    "sglang_router_tls_private_key",
+    "sglang_router_edge_plain_http",
+)
+
+
+def edge_tls_problems(certificate: Any, private_key: Any, plain_http: Any, *, port: Any = 30000) -> list[str]:
+    """The router's edge speaks TLS (a certificate and its key) or, only when the inventory says so
+    (sglang_router_edge_plain_http true), plain HTTP. Refused: neither a certificate nor plain HTTP asked for;
+    half a pair (a key without its certificate would be plain HTTP without a word); a pair and plain HTTP
+    asked for. Never shows the certificate or the key."""
+    has_cert = isinstance(certificate, str) and bool(certificate.strip())
+    has_key = isinstance(private_key, str) and bool(private_key.strip())
+    plain = boolean(plain_http, strict=False)  # as Ansible reads a bool option (yes, on, 1, ...)
+    if has_cert != has_key:
+        given, missing = (EDGE_CERT, EDGE_KEY) if has_cert else (EDGE_KEY, EDGE_CERT)
+        return [
+            f"{given} is set but {missing} is empty: the router's edge speaks TLS with both. Set {missing} "
+            f"(PEM; the key from a vault), or empty both and set {EDGE_PLAIN}: true to serve plain HTTP on "
+            "purpose (the values are not shown)"
+        ]
+    if has_cert and plain:
+        return [
+            f"{EDGE_PLAIN} is true, but {EDGE_CERT} and {EDGE_KEY} are set, so the edge would speak TLS. Set "
+            f"{EDGE_PLAIN}: false to keep TLS, or empty the certificate and its key to serve plain HTTP"
+        ]
+    if not has_cert and not plain:
+        return [
+            f"{EDGE_CERT} and {EDGE_KEY} are empty and {EDGE_PLAIN} is false: the router's edge would serve "
+            f"clients, their keys and their prompts in plain HTTP on sglang_router_port ({port}). Give it a "
+            f"certificate and its key ({EDGE_CERT}, {EDGE_KEY} from a vault; docs/security.md 'TLS at the "
+            f"edge'), or set {EDGE_PLAIN}: true to serve plain HTTP on purpose"
+        ]
+    return []
 
 
 # --------------------------------------------------------------------------------------------------------

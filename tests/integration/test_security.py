@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import (
@@ -21,6 +22,7 @@ from conftest import (
     RELEASE_SCAN,
     RELEASES,
     ROOT,
+    ROUTER_CA,
     ROUTER_URL,
     SECRETS,
     TUNE_NODE,
@@ -386,6 +388,59 @@ def test_the_router_speaks_tls_only_and_a_client_that_does_not_trust_the_ca_is_r
     assert trusted[0] == 200, trusted
     assert untrusted[0] == 0 and "CERTIFICATE_VERIFY_FAILED" in untrusted[1], untrusted
     assert plain[0] == 0, plain
+
+
+# GET each path as written: http.client sends the request target it is given (it refuses only control
+# characters and spaces), so no client normalizes /../ or an escape on the way. The key comes on stdin.
+RAW_GET = """
+import http.client, json, ssl, sys
+scheme, host, port, ca, paths = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+key = sys.stdin.readline().rstrip(chr(10))
+for path in paths:
+    if scheme == "https":
+        context = ssl.create_default_context(cafile=ca or None)
+        conn = http.client.HTTPSConnection(host, port, timeout=10, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.putrequest("GET", path, skip_accept_encoding=True)
+    conn.putheader("Authorization", "Bearer " + key)
+    conn.endheaders()
+    answer = conn.getresponse()
+    print(json.dumps([answer.status, answer.read().decode(errors="replace")[:300]]))
+    conn.close()
+"""
+
+
+def raw_get(paths: list[str], key: str) -> list[tuple[int, str]]:
+    """Each path GET from lab-gateway to the router's edge exactly as written, with the lab key named ``key``
+    (a SECRETS name, on stdin): its status and the start of its body."""
+    edge = urlsplit(ROUTER)
+    done = subprocess.run(
+        ["podman", "exec", "-i", "glm5-lab-lab-gateway", "python3", "-c", RAW_GET,
+         edge.scheme, edge.hostname or "", str(edge.port), ROUTER_CA, *paths],
+        input=SECRETS[key] + "\n", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    answers = [tuple(json.loads(line)) for line in done.stdout.splitlines()]
+    assert len(answers) == len(paths), done.stdout + done.stderr
+    return answers
+
+
+RAW_REFUSED = ["/v1/../workers", "/v1/%2e%2e/workers", "/v1%2fworkers"]
+
+
+def test_the_edge_refuses_raw_dot_segments_and_encoded_slashes() -> None:
+    """docs/security.md, "No raw paths": nginx would resolve these (the first two to /workers, the admin
+    API, whose location checks no clients' key) while smg got them raw. Sent unnormalized, each gets the
+    edge's own 400 with the clients' key and with the router's admin key alike; /workers itself still answers
+    the admin key, and /v1/models, a query with dots too, the clients' key."""
+    for key in (CLIENT, ROUTER_ADMIN):
+        for path, (status, body) in zip(RAW_REFUSED, raw_get(RAW_REFUSED, key), strict=True):
+            refused = (status, "dot-segment or an encoded slash" in body)
+            assert refused == (400, True), (key, path, status, body)
+            assert leaks(body) == [], (key, path)
+    assert [status for status, _ in raw_get(["/workers"], ROUTER_ADMIN)] == [200]
+    served = raw_get(["/v1/models", "/v1/models?x=a.b"], CLIENT)
+    assert [status for status, _ in served] == [200, 200], served
 
 
 def test_the_host_firewall_drops_another_node_and_serves_the_router() -> None:

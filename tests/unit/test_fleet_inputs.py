@@ -7,6 +7,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     bind_problems,
     connect_host,
     edge_key_problems,
+    edge_tls_problems,
     fleet_key_problems,
     gpu_problems,
     is_loopback,
@@ -288,3 +289,36 @@ def test_the_fleets_key_rules_come_together() -> None:
     (token,) = fleet_key_problems({"sglang_router_api_key": ['client"key-0123456789']})
     assert token.startswith("sglang_router_api_key holds a character")
     assert fleet_key_problems({}) == []
+
+
+def test_the_edge_speaks_tls_or_plain_http_only_when_the_inventory_says_so() -> None:
+    """No silent plain text (issue 41): an edge without a certificate and its key is refused unless
+    sglang_router_edge_plain_http is true; the message names the variables and both ways out, never a
+    value."""
+    assert edge_tls_problems(PEM_CERT, PEM_KEY, False) == []
+    assert edge_tls_problems("", "", True) == []
+    assert edge_tls_problems("", "", "yes") == []  # an inventory's YAML 1.1 spelling, as Ansible reads it
+    (refused,) = edge_tls_problems("", "", False, port=8443)
+    for words in (
+        "sglang_router_tls_certificate and sglang_router_tls_private_key are empty",
+        "sglang_router_edge_plain_http is false",
+        "plain HTTP on sglang_router_port (8443)",
+        "set sglang_router_edge_plain_http: true",
+    ):
+        assert words in refused, refused
+    assert edge_tls_problems(None, None, "false") == [refused.replace("8443", "30000")]
+    # Half a pair: a key without its certificate would be plain HTTP without a word; a certificate without
+    # its key, an nginx that does not start.
+    (no_cert,) = edge_tls_problems("", PEM_KEY, False)
+    assert no_cert.startswith(
+        "sglang_router_tls_private_key is set but sglang_router_tls_certificate is empty"
+    )
+    (no_key,) = edge_tls_problems(PEM_CERT, "  ", True)
+    assert no_key.startswith(
+        "sglang_router_tls_certificate is set but sglang_router_tls_private_key is empty"
+    )
+    # A pair and plain HTTP asked for: the two say different things.
+    (both,) = edge_tls_problems(PEM_CERT, PEM_KEY, True)
+    assert "sglang_router_edge_plain_http is true, but" in both
+    for problem in (refused, no_cert, no_key, both):
+        assert "MIIB" not in problem and "MIGH" not in problem

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
     COLUMNS,
+    edge_lines,
     failure_words,
     fleet_summary,
     gate_entry,
@@ -196,3 +197,20 @@ def test_a_node_whose_server_never_started_is_failed_at_start_and_out() -> None:
     assert row["router"].startswith("out of the router: the engine stopped at its first NaN"), row
     healthy = host_row("n2", {"sglang_server_health": {"verdict": "healthy"}})
     assert healthy["validated"] == "-" and healthy["router"] == "-", healthy
+
+
+def test_the_summary_names_an_edge_that_speaks_plain_http() -> None:
+    """No silent plain text (issue 41): a router whose edge has no certificate gets a line of its own at the
+    end of the summary; one with TLS gets none."""
+    PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    routers = {
+        "gw": {"sglang_router_edge_plain_http": True, "sglang_router_port": 8080},
+        "gw-default-port": {"sglang_router_edge_plain_http": True, "sglang_router_tls_certificate": ""},
+        "gw-tls": {"sglang_router_tls_certificate": PEM},
+    }
+    assert edge_lines(list(routers), routers) == [
+        "edge: plain HTTP on port 8080 of gw (sglang_router_edge_plain_http: true)",
+        "edge: plain HTTP on port 30000 of gw-default-port (sglang_router_edge_plain_http: true)",
+    ]
+    assert edge_lines(["gw-tls"], routers) == []
+    assert edge_lines([], routers) == []
