@@ -185,8 +185,9 @@ class CallbackModule(CallbackBase):
             "argv": renew_argv(ansible, lock, dict(context.CLIARGS)),
             "lease_seconds": int(lock["lease_seconds"]),
             "parent": os.getpid(),
-            # <path>/ansible_collections/glm5/deploy/plugins/callback/<this file>: <path> holds the collection
-            "collections": str(Path(__file__).parents[5]),
+            # <path>/ansible_collections/glm5/deploy/plugins/module_utils/fleet_lock.py: <path> holds the
+            # collection, as Ansible's collection loader found it (this callback may be loaded by file path).
+            "collections": str(Path(sys.modules[renew_interval.__module__].__file__).parents[5]),
         }
         self._renewer = subprocess.Popen(
             [sys.executable, __file__, json.dumps(job)], stdin=subprocess.DEVNULL, start_new_session=False
@@ -234,5 +235,8 @@ if __name__ == "__main__":
         renewal_verdict,
     )
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    def _stop(*_signal: object) -> None:
+        raise SystemExit(0)  # as sys.exit(0): the callback's release ends the renewer with SIGTERM
+
+    signal.signal(signal.SIGTERM, _stop)
     renew_while_alive(JOB["argv"], JOB["lease_seconds"], JOB["parent"])

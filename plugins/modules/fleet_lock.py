@@ -67,6 +67,7 @@ attributes:
     support: none
   platform:
     description: Any POSIX host with C(flock).
+    support: full
     platforms: posix
 author:
   - glm5-deploy maintainers (@glm5-deploy)
