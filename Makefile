@@ -28,7 +28,7 @@ CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
 
 COLLECTION_DIR := $(CURDIR)/build/collection
 
-.PHONY: help deps venv collection collection-install ee lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint unit parser refusals integration molecule bench docs changelog clean clean-cache
+.PHONY: help deps venv collection collection-install ee lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint sanity unit parser refusals integration molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -113,7 +113,7 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 # machine's cores are what both halves share, so the checks run in the background of the CPU (lab/bin/background:
 # nice 10 in a low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's
 # waits instead of slowing the half that decides how long make test takes.
-checks: lint unit parser refusals molecule ## lint, unit, parser, refusals, then the container scenarios (beside integration in make test).
+checks: lint sanity unit parser refusals molecule ## lint, sanity, unit, parser, refusals, then the container scenarios (beside integration in make test).
 
 checks-beside:
 	lab/bin/background $(MAKE) --no-print-directory -j1 checks
@@ -140,6 +140,11 @@ collection-install: collection
 lint-collection: collection-install
 	cd $(COLLECTION_DIR)/installed/ansible_collections/glm5/deploy && \
 	  ANSIBLE_CONFIG=$(COLLECTION_DIR)/user/ansible.cfg $(BIN)/ansible-lint --offline --profile production --exclude plugins/data
+
+# ansible-test sanity on the built artifact, installed outside the work tree, from a venv of its own at
+# requirements/control.lock's ansible-core pin (lab/bin/ansible-test-sanity: the failures and one summary line).
+sanity: collection ## ansible-test sanity (ansible-core's pin, Python 3.11) on the collection's artifact.
+	lab/bin/ansible-test-sanity $(COLLECTION_DIR)/glm5-deploy-*.tar.gz
 
 unit: venv ## pytest: unit tests of plugins/ (python_plugins/) and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q
