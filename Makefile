@@ -18,7 +18,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # CPU-s against 45, docs/measurements.md). Python reads an empty value as unset.
 export PYTHONDONTWRITEBYTECODE :=
 
-APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl
+APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl nginx
 PLAYBOOK := $(BIN)/ansible-playbook
 # The lab's size: GPU nodes in the lab fleet (2 is inventory/lab; other sizes: lab/bin/lab-inventory N).
 LAB_NODES ?= 2
@@ -33,7 +33,7 @@ COLLECTION_DIR := $(CURDIR)/build/collection
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh, openssl), when missing.
+deps: ## Install the apt packages the lab needs (podman, runc, debootstrap, ssh, openssl, nginx), when missing.
 	@# Installed means dpkg's "install ok installed": `dpkg -s` also succeeds for a package removed but not purged
 	@# (its configuration files left, status "deinstall ok config-files"), whose commands are gone.
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -124,8 +124,11 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff; promtool on the
 	$(BIN)/ruff format --check .
 	$(BIN)/ansible-lint
 	$(MAKE) --no-print-directory lint-collection
-	lab/bin/promtool check rules roles/sglang_monitoring/files/glm5-rules.yml
-	lab/bin/promtool test rules roles/sglang_monitoring/files/glm5-rules.test.yml
+	@# The alert rules are a template (thresholds, runbook links): rendered with the role's defaults into
+	@# build/monitoring beside their unit tests, then checked and tested there.
+	$(PLAYBOOK) roles/sglang_monitoring/tests/render-rules.yml
+	lab/bin/promtool check rules build/monitoring/glm5-rules.yml
+	lab/bin/promtool test rules build/monitoring/glm5-rules.test.yml
 
 # The artifact installed as a user's project installs it: into an empty collections path,
 # $(COLLECTION_DIR)/installed, with a configuration of its own ($(COLLECTION_DIR)/user/ansible.cfg), so the

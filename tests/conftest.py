@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 # Ansible loads plugins/module_utils/<name>.py as the collection's
-# ansible_collections.glm5.deploy.plugins.module_utils.<name> (collections/ in the repository links to the root).
+# ansible_collections.glm5.deploy.plugins.module_utils.<name> (collections/ in the repository links to the
+# root).
 _COLLECTIONS = str(ROOT / "collections")
 if _COLLECTIONS not in sys.path:
     sys.path.insert(0, _COLLECTIONS)

@@ -180,6 +180,12 @@ class CallbackModule(CallbackBase):
         """One renewer per run, for a lock with a lease."""
         if self._renewer is not None or int(lock.get("lease_seconds") or 0) <= 0:
             return
+        if renew_interval is None:  # the collection's module_utils are not importable here: no renewals
+            self._display.warning(
+                "glm5_fleet_lock cannot import glm5.deploy's module_utils: the fleet lock's lease is not "
+                "renewed, and another run may take the lock over when it expires"
+            )
+            return
         ansible = str(Path(sys.argv[0]).with_name("ansible"))
         job = {
             "argv": renew_argv(ansible, lock, dict(context.CLIARGS)),

@@ -265,13 +265,15 @@ class Run:
     def timed(self, phase: str, started: float) -> None:
         self.timings[phase] = round(self.timings.get(phase, 0.0) + time.monotonic() - started, 3)
 
-    def report(self, line: str) -> None:
-        """Record the progress line (for the result and for anyone watching the progress file)."""
+    def report(self, line: str, done: int | None = None, total: int | None = None) -> None:
+        """Record the progress line, with the bytes done and the total when the phase counts them (for the
+        result, and for anyone watching the progress file: the action async_progress)."""
         self.line = line
         if self.module.check_mode or not self.state_dir.is_dir():
             return
+        record = {"pid": os.getpid(), "line": line, "updated": time.time(), "done": done, "total": total}
         tmp = self.progress_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "line": line, "updated": time.time()}) + "\n")
+        tmp.write_text(json.dumps(record) + "\n")
         tmp.replace(self.progress_path)
 
     def lock(self) -> None:
@@ -461,7 +463,11 @@ def watch_progress(run: Run, remote: list[RemoteFile], paths: list[str], stop: t
                         done += partial.stat().st_size
                 except FileNotFoundError:
                     continue
-        run.report(progress_line("downloading", min(done, total), total, done_files, len(paths)))
+        run.report(
+            progress_line("downloading", min(done, total), total, done_files, len(paths)),
+            min(done, total),
+            total,
+        )
 
 
 def hub_download(run: Run, commit: str, paths: list[str]) -> None:

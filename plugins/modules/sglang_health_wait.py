@@ -120,14 +120,23 @@ elapsed:
   description: Seconds this call waited.
   type: float
   returned: always
+glm5_progress:
+  description:
+    - The start's progress in one line (the unit's state, what the URL answered, the time since the start),
+      which the stdout callback glm5.deploy.glm5_default prints in place of the retry line.
+  type: str
+  returned: always
+  sample: "waiting for /health_generate (active/running, connection refused), 3 min 05 s elapsed"
 """
 
 import time
 import urllib.error
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
 from ansible.module_utils.urls import open_url
+from ansible_collections.glm5.deploy.plugins.module_utils.progress import progress_words
 from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     CRASH_LOOP,
     HEALTHY,
@@ -206,7 +215,12 @@ def main() -> None:
         if verdict != WAITING or elapsed + params["interval"] > params["window"]:
             break
         time.sleep(params["interval"])
+    answer = f"HTTP {status}" if status is not None else (error or "no answer")
+    where = urlsplit(params["url"]).path or params["url"]
+    since_start = time.time() - params["since"] if params["since"] > 0 else elapsed
+    line = f"waiting for {where} ({state.get('ActiveState', '?')}/{state.get('SubState', '?')}, {answer})"
     module.exit_json(
+        glm5_progress=progress_words(since_start, line=line if verdict == WAITING else verdict),
         changed=False,
         verdict=verdict,
         status=status,

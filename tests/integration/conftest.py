@@ -55,6 +55,9 @@ def leaks(text: str) -> list[str]:
 RUNNER_ENV = {
     "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
     "ANSIBLE_NOCOLOR": "1",
+    # ansible-runner's own stdout callback (awx_display, as in AWX) builds on the one named here: the
+    # project's, which prints a long step's progress in place of its retry lines (docs/operations.md).
+    "ANSIBLE_STDOUT_CALLBACK": "glm5.deploy.glm5_default",
 }
 
 # A user's own project with the collection installed from its artifact: an ansible.cfg of its own, an empty
