@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -445,10 +446,14 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     assert again.custom_stats()["glm5_rollout"][ROLLED]["outcome"] == "unchanged"
 
 
-def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> None:
-    """A lock held by a run on another controller (a record planted on lab-gateway) refuses a rollout before
-    any node is touched, naming that run; a run with -e fleet_lock_break=true (a rollback with nothing to
-    switch) takes it over, says whose lock it broke, and releases it at the end."""
+def test_another_controllers_lock_is_refused_while_it_lives_and_taken_over_when_its_lease_ends(
+    run_playbook,
+) -> None:
+    """Locks of other controllers (records planted on lab-gateway), each refusing a rollout before any node is
+    touched, naming its holder: one without a lease (written before leases) until broken; an AWX job's whose
+    lease is renewed while the run watches it (that job lives). When the job is gone (its renewals stop), the
+    next run watches the lease expire and takes the lock over without any flag, names the job it replaced, and
+    releases the lock at the end."""
     planted = {
         "controller": "ops-bastion-2",
         "user": "alice",
@@ -458,35 +463,65 @@ def test_another_controllers_lock_refuses_a_run_until_broken(run_playbook) -> No
         "command": "ansible-playbook playbooks/rollback.yml --limit gpu-node-2",
         "token": "planted",
     }
-    lab("lab-gateway", f"mkdir -p -m 0700 {Path(LOCK).parent} && echo '{json.dumps(planted)}' > {LOCK}")
-    try:
-        run = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-2")
+
+    def plant(record: dict[str, Any]) -> None:
+        lab("lab-gateway", f"mkdir -p -m 0700 {Path(LOCK).parent} && echo '{json.dumps(record)}' > {LOCK}")
+
+    def refusal(run: Run) -> str:
         assert run.status == "failed", run.stats
-        message = "\n".join(
+        stages = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_ok"}
+        assert not any(p and p.startswith("Stage") for p in stages), stages
+        return "\n".join(
             str(r.get("msg"))
             for r in run.results(
                 "Refuse to run while another run holds the fleet lock", "runner_on_failed"
             ).values()
         )
-        assert "alice@ops-bastion-2 (ansible-playbook PID 4242)" in message, message or run.stdout[-3000:]
+
+    # The lease the AWX job's record carries: short, so that the lab waits seconds for its end.
+    lease = 6
+    awx = {**planted, "controller": "awx-job-4711-pod", "user": "runner", "job": "4711", "token": "awx-4711"}
+    alive = threading.Event()
+
+    def renew_while_alive() -> None:
+        while alive.is_set():
+            now = time.time()
+            plant({**awx, "lease_seconds": lease, "renewed": now, "expires": now + lease})
+            time.sleep(1.0)
+
+    try:
+        plant(planted)
+        message = refusal(run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-2"))
+        assert "alice@ops-bastion-2 (ansible-playbook PID 4242)" in message, message
         assert "rollback.yml --limit gpu-node-2" in message and "fleet_lock_break=true" in message, message
-        stages = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_ok"}
-        assert not any(p and p.startswith("Stage") for p in stages), stages
-        # Broken by a rollback to the release gpu-node-2 runs (nothing to switch), at -vvv: the rollback
-        # playbook's own steps in the security suite's rule too.
+
+        alive.set()
+        holder = threading.Thread(target=renew_while_alive, daemon=True)
+        holder.start()
+        watched = run_playbook("playbooks/rolling_update.yml", cmdline="--limit gpu-node-2")
+        message = refusal(watched)
+        assert "runner@awx-job-4711-pod (AWX job 4711, ansible-playbook PID 4242)" in message, message
+        assert "renewed its lease while this one watched it: it is alive" in message, message
+        assert "fleet_lock_break" not in message, message
+        alive.clear()
+        holder.join()
+
+        # The job is gone: nobody renews its lease, which ends in seconds. A rollback with nothing to switch.
         release = lab("gpu-node-2", "basename $(readlink /opt/sglang/current)").stdout.strip()
-        broken = run_playbook(
+        taken = run_playbook(
             "playbooks/rollback.yml",
-            extravars={"fleet_lock_break": True, "sglang_rollback_release": release},
+            extravars={"sglang_rollback_release": release},
             cmdline="--limit gpu-node-2",
-            verbosity=3,
         )
-        assert broken.status == "successful", broken.stats
-        no_key_in(broken.stdout, json.dumps(broken.events))
-        assert "up to date" in broken.results("Report the replica's plan")["gpu-node-2"]["msg"]
-        assert "Took over the fleet lock" in broken.stdout and "alice@ops-bastion-2" in broken.stdout
+        assert taken.status == "successful", taken.stats
+        assert "up to date" in taken.results("Report the replica's plan")["gpu-node-2"]["msg"]
+        assert "Took over the fleet lock" in taken.stdout and "AWX job 4711" in taken.stdout, taken.stdout[
+            -3000:
+        ]
+        assert "its lease expired without a renewal" in taken.stdout
         assert lab("lab-gateway", f"test -e {LOCK}", check=False).returncode == 1
     finally:
+        alive.clear()
         lab("lab-gateway", f"rm -f {LOCK}")
 
 
