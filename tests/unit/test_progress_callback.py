@@ -20,6 +20,7 @@ def callback() -> Any:
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     plugin = module.CallbackModule()
+    plugin.trim_failure = module.trim_failure
     plugin._plugin_options = {"progress_interval": 10.0}  # the documented default
     plugin.lines = []
     plugin._display = SimpleNamespace(display=lambda msg, **_: plugin.lines.append(msg), verbosity=0)
@@ -56,3 +57,26 @@ def test_a_retry_without_progress_is_ansibles_own(callback: Any) -> None:
     task = SimpleNamespace(name="Wait for the edge", _uuid="t2", check_mode=False, delegate_to=None)
     callback.v2_runner_retry(retry("gw", task))
     assert callback.lines == ["FAILED - RETRYING: [gw]: Wait for the edge (897 retries left)."]
+
+
+def test_a_failed_spec_check_prints_its_message_not_the_spec(callback: Any) -> None:
+    """The inputs play's argument-spec check, failed on a production inventory without a revision: below
+    -vvv, the failure shows its message; the spec (kilobytes per host) and the labelled item are left out."""
+    spec = {f"model_checkpoint_option_{n}": {"type": "str", "description": "x" * 80} for n in range(40)}
+    failed = {
+        "failed": True,
+        "msg": "Validation of arguments failed:\nmissing required arguments: model_checkpoint_revision",
+        "argument_errors": ["missing required arguments: model_checkpoint_revision"],
+        "argument_spec_data": spec,
+        "validate_args_context": {},
+        "item": {"key": "model_checkpoint", "value": spec},
+    }
+    trimmed = dict(failed)
+    callback.trim_failure(trimmed, "ansible.builtin.validate_argument_spec", True, 0)
+    assert set(trimmed) == {"failed", "msg", "argument_errors"}
+    kept = dict(failed)
+    callback.trim_failure(kept, "ansible.builtin.validate_argument_spec", True, 3)  # -vvv shows everything
+    assert kept == failed
+    other = {"failed": True, "msg": "x", "argument_spec_data": spec, "item": "a"}
+    callback.trim_failure(other, "ansible.builtin.assert", False, 0)
+    assert set(other) == {"failed", "msg", "argument_spec_data", "item"}
