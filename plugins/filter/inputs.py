@@ -12,9 +12,11 @@
     {{ ports | sglang_low_port_problems(units, roles_dir) }}            -> [problem, ...]
     {{ admin_key | sglang_admin_key_problems(var) }}                    -> [problem, ...] (never the key)
     {{ groups | sglang_key_sharing_problems(hostvars) }}                 -> [problem, ...] (never a key)
+    {{ groups | sglang_inventory_problems(hostvars, need_router) }}      -> [problem, ...] (the contract)
     {{ certificate | sglang_edge_tls_problems(private_key, plain_http, port) }} -> [problem, ...] (no PEM)
 
-Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py).
+Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py), the inventory
+contract in module_utils/inventory_contract.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     admin_key_problems,
     bind_problems,
@@ -38,6 +41,10 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     settings_problems,
     spec_inputs,
     value_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inventory_contract import (
+    CONTRACT_VARS,
+    inventory_problems,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import setting_dests
 
@@ -151,6 +158,18 @@ def sglang_key_sharing_problems(groups: Mapping[str, Any], hostvars: Any) -> lis
     )
 
 
+def sglang_inventory_problems(
+    groups: Mapping[str, Any], hostvars: Any, need_router: Any = False
+) -> list[str]:
+    """inventory_problems over the inventory's groups and the contract's variables of each of its hosts."""
+    plain = {str(name): [str(h) for h in hosts] for name, hosts in groups.items()}
+    hosts = {
+        host: {var: hostvars[host][var] for var in CONTRACT_VARS if var in hostvars[host]}
+        for host in plain.get("all", [])
+    }
+    return inventory_problems(plain, hosts, need_router=boolean(need_router, strict=False))
+
+
 class FilterModule:
     """Input checks of glm5-deploy."""
 
@@ -169,5 +188,6 @@ class FilterModule:
             "sglang_low_port_problems": sglang_low_port_problems,
             "sglang_admin_key_problems": sglang_admin_key_problems,
             "sglang_key_sharing_problems": sglang_key_sharing_problems,
+            "sglang_inventory_problems": sglang_inventory_problems,
             "sglang_edge_tls_problems": sglang_edge_tls_problems,
         }

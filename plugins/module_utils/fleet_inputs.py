@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,15 +27,45 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
-def is_loopback(host: str) -> bool:
-    """True for a loopback address or name (127.0.0.0/8, ::1, localhost)."""
-    name = str(host).strip().strip("[]").lower()
-    if name in LOOPBACK_NAMES:
-        return True
+# The shorthand IPv4 forms the resolver takes as an address (inet_aton: 127.1, 0x7f.1, 2130706433, 0).
+_INET_ATON_RE = re.compile(r"(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
+
+
+def parse_address(host: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address a host string means, as the resolver reads it (brackets and an IPv4-mapped IPv6 address
+    undone, inet_aton's shorthand forms such as 127.1 read); None for a name."""
+    text = str(host if host is not None else "").strip().strip("[]")
     try:
-        return ipaddress.ip_address(name).is_loopback
+        address = ipaddress.ip_address(text)
     except ValueError:
-        return False
+        if not _INET_ATON_RE.fullmatch(text):
+            return None
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback address or name (127.0.0.0/8 in any spelling, ::1, ::ffff:127.x, localhost and
+    *.localhost in any case, with or without the root's trailing dot)."""
+    name = str(host).strip().strip("[]").lower().rstrip(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    address = parse_address(name)
+    return address is not None and address.is_loopback
+
+
+def is_wildcard(host: str) -> bool:
+    """True for an address a server listens on but nobody connects to: 0.0.0.0, :: (any spelling), *."""
+    text = str(host).strip()
+    if text == "*":
+        return True
+    address = parse_address(text)
+    return address is not None and address.is_unspecified
 
 
 def connect_host(bind_host: str) -> str:

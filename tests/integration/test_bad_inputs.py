@@ -21,8 +21,10 @@ import pytest
 import yaml
 from conftest import LAB_NODES, ROOT, SECRETS, Run, leaks, run_playbook_in
 
+GROUPS_PLAY = "Check the inventory's groups before anything else"
 INPUTS_PLAY = "Check the inventory's inputs before anything changes"
-CHECKING_PLAYS = {INPUTS_PLAY, "Preflight checks on the GPU nodes, before anything changes"}
+CONTROLLER_PLAYS = {GROUPS_PLAY, INPUTS_PLAY}
+CHECKING_PLAYS = {*CONTROLLER_PLAYS, "Preflight checks on the GPU nodes, before anything changes"}
 ONE_NODE = "gpu-node-1:lab-gateway"
 BAD_REVISION = "0123456789abcdef0123456789abcdef01234567"
 PROBE = {"name": "four", "prompt": "What is 2+2? Answer briefly.", "max_tokens": 256}
@@ -349,9 +351,52 @@ CASES = [
         ("sglang_environment.SGLANG_LOGGING_CONFIG_PATH", "the role owns this"),
         {"sglang_environment": {"SGLANG_LOGGING_CONFIG_PATH": "/dev/null"}},
     ),
-    # The inventory's shape.
+    # The inventory's shape (the contract, playbooks/groups.yml: the inputs play's first play).
     Case(
         "empty-node-group", ("sglang_nodes",), hosts=lab_hosts(sglang_nodes=None, lab_spare=NODES), limit=""
+    ),
+    # Issue 41: groups of other names ran every play on "no hosts matched" and ended green.
+    Case(
+        "groups-of-other-names",
+        ("sglang_nodes and sglang_router are missing or empty", "gpu_nodes (2 hosts)", "routers (1 host)"),
+        hosts=lab_hosts(
+            sglang_nodes=None,
+            sglang_router=None,
+            gpu_nodes=NODES,
+            routers={"lab-gateway": {"ansible_host": "glm5-lab-lab-gateway"}},
+        ),
+        limit="",
+    ),
+    Case(
+        "groups-of-other-names-limited",
+        ("group sglang_nodes is missing or empty", "gpu_nodes (2 hosts)"),
+        hosts=lab_hosts(sglang_nodes=None, gpu_nodes=NODES),
+        limit="gpu-node-1",
+    ),
+    Case(
+        "two-router-hosts",
+        ("sglang_router has 2 hosts", "Keep one host in sglang_router"),
+        hosts=lab_hosts(
+            sglang_router={"lab-gateway": {"ansible_host": "glm5-lab-lab-gateway"}, "gpu-node-1": None}
+        ),
+        limit="",
+    ),
+    Case(
+        "group-name-in-capitals",
+        ("SGLANG_REPLICA_PAIR is not sglang_replica_pair",),
+        hosts=lab_hosts(SGLANG_REPLICA_PAIR={"gpu-node-1": None, "gpu-node-2": None}),
+        limit="",
+    ),
+    Case(
+        "two-names-one-machine",
+        ("gpu-node-1 and gpu-node-3 reach one machine",),
+        hosts=lab_hosts(sglang_nodes={**NODES, "gpu-node-3": {"ansible_host": "glm5-lab-gpu-node-1"}}),
+        limit="",
+    ),
+    Case(
+        "node-advertised-on-loopback",
+        ("gpu-node-2's address is '127.0.0.1'", "sglang_server_advertise_host of gpu-node-2"),
+        {"sglang_server_advertise_host": "127.0.0.1"},
     ),
     Case(
         "empty-replica-group",
@@ -472,7 +517,7 @@ def check_refused(case: Case, run: Run, plays: set[str]) -> None:
 @pytest.mark.controller
 @pytest.mark.parametrize("case", CONTROLLER_CASES, ids=lambda c: c.name)
 def test_bad_input_is_refused_on_the_controller(case: Case, controller_refusals: dict[str, Run]) -> None:
-    check_refused(case, controller_refusals[case.name], {INPUTS_PLAY})
+    check_refused(case, controller_refusals[case.name], CONTROLLER_PLAYS)
 
 
 @pytest.mark.parametrize("case", NODE_CASES, ids=lambda c: c.name)
@@ -481,4 +526,4 @@ def test_bad_input_is_refused_before_any_change(case: Case, node_refusals: dict[
     check_refused(case, run, CHECKING_PLAYS)
     # The split holds both ways: a case the inputs play refuses belongs with the controller's cases.
     failed = {e["event_data"].get("play") for e in run.events if e.get("event") == "runner_on_failed"}
-    assert INPUTS_PLAY not in failed, f"{case.name}: refused by the inputs play; mark it on_nodes=False"
+    assert not failed & CONTROLLER_PLAYS, f"{case.name}: refused by the inputs play; mark it on_nodes=False"

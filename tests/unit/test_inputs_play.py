@@ -73,6 +73,8 @@ def run_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str, bad:
     if bad:
         children = inventory["all"]["children"]
         for host, (group, values, _, _) in BAD.items():
+            if group == "sglang_router":  # one router host (the inventory contract): the bad one
+                children[group]["hosts"].clear()
             children[group]["hosts"][host] = values
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
@@ -122,3 +124,120 @@ def test_a_fleet_lock_input_of_the_wrong_type_is_refused_with_the_others(
     assert done.returncode == 2, done.stdout[-4000:] + done.stderr[-2000:]
     assert "failed: [bad-lock] (item=fleet_lock)" in done.stdout, done.stdout[-4000:]
     assert "argument 'fleet_lock_break' is of type str" in done.stdout, done.stdout[-4000:]
+
+
+# --- the inventory contract: the first play, on the controller ----------------------------------------------
+
+# An inventory whose groups have other names, of hosts that do not exist (TEST-NET-1, RFC 5737): the check
+# runs on the controller before any play on a group, so no host is ever contacted.
+MISNAMED = {
+    "all": {
+        "vars": {"ansible_connection": "ssh", "ansible_user": "nobody", "ansible_ssh_timeout": 1},
+        "children": {
+            "gpu_nodes": {
+                "hosts": {f"gpu{i:02}": {"ansible_host": f"192.0.2.{i + 10}"} for i in range(1, 9)}
+            },
+            "routers": {"hosts": {"gw01": {"ansible_host": "192.0.2.9"}}},
+        },
+    }
+}
+EXPECTED = (
+    "inventory: groups sglang_nodes and sglang_router are missing or empty; the run needs sglang_nodes (the "
+    "GPU nodes) and sglang_router (the router host). This inventory has groups: gpu_nodes (8 hosts), "
+    "routers (1 host). See README 'Production inventory'."
+)
+
+
+@pytest.mark.parametrize("limit", [(), ("--limit", "gpu03")])
+def test_site_refuses_an_inventory_without_its_groups_before_any_play(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: tuple[str, ...]
+) -> None:
+    """Issue 41: such an inventory printed "skipping: no hosts matched" 17 times and returned 0. Now the first
+    play refuses it, naming the groups it needs and the ones it has, on localhost (or, under --limit, which
+    leaves localhost out, on the first host of the limit, without connecting to it)."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(MISNAMED, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    done = ansible_playbook("-i", str(tmp_path / "hosts.yml"), "site.yml", "--check", *limit)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-4000:]
+    (message,) = refusals(done.stdout).values()
+    assert json.loads(message) == [EXPECTED]
+    assert "no hosts matched" not in output and "UNREACHABLE" not in output
+    assert output.count("PLAY [") == 1, output[-4000:]
+
+
+def test_a_stage_alone_refuses_it_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stages that run alone without inputs.yml start with the same check (the router optional there)."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(MISNAMED, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    for playbook in (
+        "serve.yml",
+        "validate.yml",
+        "provision.yml",
+        "monitoring.yml",
+        "bench.yml",
+        "router.yml",
+    ):
+        done = ansible_playbook("-i", str(tmp_path / "hosts.yml"), f"playbooks/{playbook}", "--check")
+        assert done.returncode == 2, f"{playbook}: {done.stdout[-3000:]}"
+        (message,) = refusals(done.stdout).values()
+        assert "group" in message and "sglang_nodes" in message and "gpu_nodes (8 hosts)" in message, playbook
+        assert ("sglang_router (the router host)" in message) == (playbook == "router.yml"), playbook
+
+
+def run_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inventory: dict, *args: str) -> Any:
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    return ansible_playbook("-i", str(tmp_path / "hosts.yml"), "playbooks/groups.yml", *args)
+
+
+def test_the_router_host_is_required_only_where_the_run_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inventory = yaml.safe_load(FIXTURE.read_text())
+    assert run_groups(tmp_path, monkeypatch, inventory, "-e", "glm5_router_required=true").returncode == 0
+    del (
+        inventory["all"]["children"]["sglang_router"],
+        inventory["all"]["children"]["lab"]["children"]["sglang_router"],
+    )
+    assert run_groups(tmp_path, monkeypatch, inventory).returncode == 0
+    done = run_groups(tmp_path, monkeypatch, inventory, "-e", "glm5_router_required=true")
+    assert done.returncode == 2
+    (message,) = refusals(done.stdout).values()
+    assert "group sglang_router is missing or empty" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda c: c["sglang_router"]["hosts"].update({"gw2": None}), "group sglang_router has 2 hosts"),
+        (lambda c: c.update({"SGLANG_NODES": {"hosts": {"gpu-node-1": None}}}), "group SGLANG_NODES is not"),
+        (
+            lambda c: c.update({"sglang_replica_x": {"hosts": {"gpu-node-1": None, "lab-gateway": None}}}),
+            "group sglang_replica_x has lab-gateway, not in sglang_nodes",
+        ),
+        (
+            lambda c: c["sglang_nodes"]["hosts"].update(
+                {"gpu-node-9": {"ansible_host": "glm5-lab-gpu-node-1"}}
+            ),
+            "gpu-node-1 and gpu-node-9 reach one machine",
+        ),
+        (
+            lambda c: c["sglang_nodes"]["hosts"]["gpu-node-2"].update(
+                {"sglang_server_advertise_host": "127.0.0.1"}
+            ),
+            "gpu-node-2's address is '127.0.0.1'",
+        ),
+    ],
+)
+def test_the_contract_s_refusals_through_the_play(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, words: str
+) -> None:
+    inventory = yaml.safe_load(FIXTURE.read_text())
+    # The fixture's hosts are local (the controller); the contract's machines are reached over ssh.
+    inventory["all"]["vars"]["ansible_connection"] = "ssh"
+    change(inventory["all"]["children"])
+    done = run_groups(tmp_path, monkeypatch, inventory)
+    assert done.returncode == 2, done.stdout[-3000:]
+    (message,) = refusals(done.stdout).values()
+    assert words in json.loads(message)[0], message
