@@ -6,27 +6,43 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import LAB_NODES, Run, lab, leaks, node_url
+from conftest import LAB_NODES, Run, lab, leaks, node_url, run_playbook_in
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
 
 
 @pytest.fixture(scope="module")
-def converged(run_playbook, git_project, user_project) -> tuple[Run, Run]:
+def converged(run_playbook, git_project, user_project, tmp_path_factory) -> tuple[Run, Run]:
     """The site playbook in check mode, and the runs the tests read. make integration converges the fleet
     (molecule default, site.yml from this repository) just before, so check-mode runs serve: every module
     this reads (GPU facts, the inference check, the summary) runs in check mode too. Those runs are a user's:
-    the collection's glm5.deploy.site by its FQCN, first as installed from a git URL (git_project, the run the
-    tests read), then as installed from the tarball (user_project). A fleet that is not converged is converged
-    first."""
-    checked = run_playbook("glm5.deploy.site", cmdline="--check", config=git_project)
-    if checked.status != "successful" or sum(checked.stats.get("changed", {}).values()) != 0:
-        run_playbook("site.yml")
-        checked = run_playbook("glm5.deploy.site", cmdline="--check", config=git_project)
-    return checked, run_playbook("glm5.deploy.site", cmdline="--check", config=user_project)
+    the collection's glm5.deploy.site by its FQCN, as installed from a git URL (git_project, the run the tests
+    read) and as installed from the tarball (user_project), side by side (check mode takes no lock and
+    changes nothing). A fleet that is not converged is converged first."""
+
+    def both() -> tuple[Run, Run]:
+        with ThreadPoolExecutor(2) as pool:
+            runs = [
+                pool.submit(
+                    run_playbook_in,
+                    tmp_path_factory.mktemp(name),
+                    "glm5.deploy.site",
+                    cmdline="--check",
+                    config=cfg,
+                )
+                for name, cfg in (("check-from-git", git_project), ("check-from-tarball", user_project))
+            ]
+            return runs[0].result(), runs[1].result()
+
+    checked = both()
+    if all(run.status == "successful" and sum(run.stats.get("changed", {}).values()) == 0 for run in checked):
+        return checked
+    run_playbook("site.yml")
+    return both()
 
 
 def test_site_reports_every_node(converged) -> None:
