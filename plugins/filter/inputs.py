@@ -9,6 +9,7 @@
     {{ options | sglang_secret_problems(hostvars[inventory_hostname]) }} -> [problem, ...] (never a value)
     {{ specs | sglang_value_problems(hostvars[inventory_hostname]) }}    -> [problem, ...] (role -> options)
     {{ sglang_settings | sglang_settings_problems(nnodes, replica, preflight_tp_size) }} -> [problem, ...]
+    {{ sglang_settings | sglang_model_limit_problems(repo, [environment, ...]) }} -> [problem, ...]
     {{ ports | sglang_low_port_problems(units, roles_dir) }}            -> [problem, ...]
     {{ admin_key | sglang_admin_key_problems(var) }}                    -> [problem, ...] (never the key)
     {{ groups | sglang_key_sharing_problems(hostvars) }}                 -> [problem, ...] (never a key)
@@ -35,6 +36,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     gpu_problems,
     lost_gpu_problems,
     low_port_problems,
+    model_limit_problems,
     os_problems,
     port_problems,
     secret_problems,
@@ -108,6 +110,18 @@ def sglang_settings_problems(
     return settings_problems(
         dict(settings), dests=dests, nnodes=int(nnodes or 1), replica=str(replica or ""), preflight_tp_size=tp
     )
+
+
+def sglang_model_limit_problems(settings: Any, repo: Any, environments: Any = None) -> list[str]:
+    """model_limit_problems with the service's environment: a mapping, or a list of them merged in order (the
+    profile's sglang_environment, then sglang_server_environment); anything else is the argument spec's."""
+    if not isinstance(settings, Mapping):
+        return []
+    env: dict[str, Any] = {}
+    for one in environments if isinstance(environments, (list, tuple)) else [environments]:
+        env.update(one if isinstance(one, Mapping) else {})
+    dests = {key: setting_dests(key) for key in settings if isinstance(key, str)}
+    return model_limit_problems(dict(settings), str(repo or ""), env, dests=dests)
 
 
 def sglang_low_port_problems(ports: Mapping[str, Any], units: Mapping[str, str], roles_dir: str) -> list[str]:
@@ -186,6 +200,7 @@ class FilterModule:
             "sglang_value_problems": sglang_value_problems,
             "sglang_settings_problems": sglang_settings_problems,
             "sglang_low_port_problems": sglang_low_port_problems,
+            "sglang_model_limit_problems": sglang_model_limit_problems,
             "sglang_admin_key_problems": sglang_admin_key_problems,
             "sglang_key_sharing_problems": sglang_key_sharing_problems,
             "sglang_inventory_problems": sglang_inventory_problems,

@@ -13,6 +13,7 @@ import json
 import re
 import socket
 from collections.abc import Iterable, Mapping
+from re import _parser as sre_parse  # the parser re compiles with; sre_parse is its deprecated alias
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -582,6 +583,8 @@ def probe_problems(name: str, probes: Any) -> list[str]:
                 re.compile(str(expect))
             except re.error as exc:
                 own.append(f"{where}.expect is not a valid regular expression ({exc}): {_shown(expect)}")
+            else:
+                own += expect_problems(f"{where}.expect", expect)
         if not own:
             try:
                 normalize_probe(probe, index)
@@ -589,6 +592,83 @@ def probe_problems(name: str, probes: Any) -> list[str]:
                 own.append(f"{where}: {exc}")
         problems.extend(own)
     return problems
+
+
+# What the judge reads a probe's expect against (module_utils/judge_verdict.py): the answer's content, with
+# re.search, only when the content is not blank (a blank answer fails before expect is read). Texts unlike
+# each other: a pattern that finds itself in all of them finds itself in any answer.
+EXPECT_SAMPLES = ("", "4", "zq", "The answer is 4.", "no\nway", "\x00", "\u00e9\u4e00")
+_BLANK_CATEGORIES = frozenset(
+    {"CATEGORY_SPACE", "CATEGORY_LINEBREAK", "CATEGORY_UNI_SPACE", "CATEGORY_UNI_LINEBREAK"}
+)
+
+
+def _blank_item(op: Any, av: Any) -> bool:
+    """Whether one item of a parsed pattern can match nothing but whitespace (or nothing)."""
+    name = str(op)
+    if name == "LITERAL":
+        return chr(av).isspace()
+    if name == "IN":
+        return all(
+            (str(o) == "LITERAL" and chr(a).isspace())
+            or (str(o) == "CATEGORY" and str(a) in _BLANK_CATEGORIES)
+            for o, a in av
+        )
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        return _blank_items(av[2])
+    if name == "SUBPATTERN":
+        return _blank_items(av[-1])
+    if name == "ATOMIC_GROUP":
+        return _blank_items(av)
+    if name == "BRANCH":
+        return all(_blank_items(branch) for branch in av[1])
+    return False
+
+
+def _blank_items(items: Iterable[tuple[Any, Any]]) -> bool:
+    return all(_blank_item(op, av) for op, av in items)
+
+
+def matches_only_blank(pattern: str) -> bool:
+    """Whether a regular expression, searched in a text, can match only a text that is blank: anchored at both
+    ends (^ or \\A, $ or \\Z, without MULTILINE) around nothing but whitespace."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except re.error:
+        return False
+    if parsed.state.flags & re.MULTILINE:
+        return False
+    items = list(parsed)
+    starts = {"AT_BEGINNING", "AT_BEGINNING_STRING"}
+    ends = {"AT_END", "AT_END_STRING"}
+    if len(items) < 2 or str(items[0][0]) != "AT" or str(items[-1][0]) != "AT":
+        return False
+    if str(items[0][1]) not in starts or str(items[-1][1]) not in ends:
+        return False
+    return _blank_items(items[1:-1])
+
+
+def expect_problems(where: str, expect: Any) -> list[str]:
+    """A probe's expect (a regular expression the answer must match) that judges nothing, or that no answer
+    can pass: one every text matches (an empty pattern, .*), or one only blank text matches (^$, ^\\s*$),
+    which the judge fails before it reads expect. Patterns that do not compile are probe_problems'."""
+    if not isinstance(expect, str):
+        return []
+    try:
+        compiled = re.compile(expect)
+    except re.error:
+        return []
+    if all(compiled.search(text) for text in EXPECT_SAMPLES):
+        return [
+            f"{where} is {_shown(expect)}, which every answer matches, so it judges nothing; give the "
+            "pattern a right answer matches (re.search on the answer's content), or leave expect out"
+        ]
+    if matches_only_blank(expect):
+        return [
+            f"{where} is {_shown(expect)}, which only blank text matches, and a blank answer fails before "
+            "expect is read: no answer could pass this probe. Give the pattern a right answer matches"
+        ]
+    return []
 
 
 def _port_var(name: str, options: Mapping[str, Any]) -> str | None:
@@ -808,6 +888,84 @@ def _tp_problems(
             f"set preflight_tp_size to {share} (or lower {where})"
         ]
     return []
+
+
+# --------------------------------------------------------------------------------------------------------
+# Settings whose limit the model's own configuration sets
+# --------------------------------------------------------------------------------------------------------
+
+# The limits of a checkpoint's config.json that sglang holds a launch to, for the checkpoints deployed by
+# name. GLM-5 (model type glm_moe_dsa): max_position_embeddings 202752, num_attention_heads 64,
+# n_routed_experts 256; source: transformers' GlmMoeDsaConfig (models/glm_moe_dsa), whose defaults are
+# zai-org/GLM-5's ("a similar configuration to that of the GLM-5"); the FP8 and NVFP4 checkpoints quantize the
+# same model. A checkpoint not named here (the lab's tiny model) is left to sglang.
+_GLM5_LIMITS = {"max_position_embeddings": 202752, "num_attention_heads": 64, "n_routed_experts": 256}
+MODEL_LIMITS = {
+    repo.lower(): _GLM5_LIMITS for repo in ("nvidia/GLM-5-NVFP4", "zai-org/GLM-5", "zai-org/GLM-5-FP8")
+}
+# sglang 0.5.23 (srt/configs/model_config.py) refuses a context_length above the model's unless this is set.
+LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+_ENV_TRUE = frozenset({"1", "true", "yes", "y", "on"})
+
+
+def model_limit_problems(
+    settings: Any,
+    repo: Any,
+    environment: Mapping[str, Any] | None = None,
+    *,
+    dests: Mapping[str, Iterable[str]] | None = None,
+) -> list[str]:
+    """sglang_settings past what the checkpoint's own configuration allows (MODEL_LIMITS), each of which
+    sglang refuses when the server starts: context_length above max_position_embeddings (unless the service
+    environment sets SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN); an attention tensor-parallel width (tp_size,
+    or tp_size / dp_size with enable_dp_attention) that does not divide the attention heads; ep_size that does
+    not divide the routed experts. ``dests``: each key's parser dests (aliases), as settings_problems takes
+    them."""
+    limits = MODEL_LIMITS.get(str(repo or "").strip().lower())
+    if limits is None or not isinstance(settings, Mapping):
+        return []
+    found: dict[str, tuple[str, Any]] = {}
+    for key, value in settings.items():
+        if value is None or not isinstance(key, str):
+            continue
+        for dest in set((dests or {}).get(key) or ()) | {key}:
+            found.setdefault(dest, (f"sglang_settings.{key}", value))
+    problems = []
+    env = {str(k): str(v).strip().lower() for k, v in (environment or {}).items()}
+    if "context_length" in found:
+        where, value = found["context_length"]
+        number = setting_number(value)
+        most = limits["max_position_embeddings"]
+        if number is not None and number > most and env.get(LONGER_CONTEXT_ENV) not in _ENV_TRUE:
+            problems.append(
+                f"{where} is {_shown(value)}, more than the {most} positions {repo} has "
+                f"(max_position_embeddings of its config.json): sglang refuses to start. Use {most} or less"
+            )
+    if "tp_size" in found:
+        where, value = found["tp_size"]
+        tp = setting_number(value)
+        dp_attention = str(found.get("enable_dp_attention", ("", False))[1]).strip().lower() in _ENV_TRUE
+        dp = setting_number(found.get("dp_size", ("", 1))[1]) if dp_attention else 1.0
+        heads = limits["num_attention_heads"]
+        if tp and tp.is_integer() and tp > 0 and dp and dp.is_integer() and dp > 0 and int(tp) % int(dp) == 0:
+            width = int(tp) // int(dp)
+            if heads % width:
+                split = f"tp_size / dp_size ({width})" if dp_attention and dp != 1 else f"tp_size ({width})"
+                problems.append(
+                    f"{where} is {_shown(value)}: {repo}'s {heads} attention heads do not split evenly over "
+                    f"the attention's tensor-parallel width, {split}; sglang refuses to start. Use a width "
+                    f"that divides {heads}"
+                )
+    if "ep_size" in found:
+        where, value = found["ep_size"]
+        ep = setting_number(value)
+        experts = limits["n_routed_experts"]
+        if ep and ep.is_integer() and ep > 0 and experts % int(ep):
+            problems.append(
+                f"{where} is {_shown(value)}, which does not divide the {experts} routed experts of {repo}: "
+                f"sglang refuses to start. Use a divisor of {experts}"
+            )
+    return problems
 
 
 # --------------------------------------------------------------------------------------------------------

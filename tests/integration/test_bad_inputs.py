@@ -334,6 +334,26 @@ CASES = [
         ("sglang_validate_probes[0].prompt", "empty"),
         {"sglang_validate_probes": [PROBE | {"prompt": "  "}]},
     ),
+    Case(
+        "probe-only-blank-answers-match",
+        ("sglang_validate_probes[0].expect", "only blank text matches"),
+        {"sglang_validate_probes": [PROBE | {"expect": "^\\s*$"}]},
+    ),
+    Case(
+        "probe-every-answer-matches",
+        ("sglang_validate_probes[0].expect", "every answer matches"),
+        {"sglang_validate_probes": [PROBE | {"expect": ""}]},
+    ),
+    # Settings past the checkpoint's own configuration (GLM-5's config.json).
+    Case(
+        "context-past-the-model",
+        ("sglang_settings.context_length", "202752"),
+        {
+            "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",
+            "model_checkpoint_revision": BAD_REVISION,
+            "sglang_settings": {"context_length": 262144},
+        },
+    ),
     # Timeouts and retries, environments.
     Case(
         "health-timeout-zero",

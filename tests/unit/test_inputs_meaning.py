@@ -4,20 +4,24 @@ problem names the variable with its path; a secret or a URL's credentials never 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
+    EXPECT_SAMPLES,
     PROBE_MAX_TOKENS,
     ROLE_OWNED_SETTINGS,
     admin_key_problems,
     environment_problems,
+    expect_problems,
     grants_low_ports,
     host_problems,
     line_problems,
     low_port_problems,
+    model_limit_problems,
     number_problems,
     probe_problems,
     secret_problems,
@@ -217,6 +221,83 @@ def test_settings_that_are_not_a_mapping_are_left_to_the_spec() -> None:
 )
 def test_settings_problems_never_raise(values: dict[str, Any]) -> None:
     assert isinstance(settings_problems(values, nnodes=2, preflight_tp_size=8), list)
+
+
+# --- settings whose limit the checkpoint's configuration sets ----------------------------------------------
+
+
+def limits(values: dict[str, Any], repo: str = "nvidia/GLM-5-NVFP4", env: dict | None = None) -> list[str]:
+    dests = {key: setting_dests(key) for key in values}
+    return model_limit_problems(values, repo, env, dests=dests)
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (
+            {"context_length": 262144},
+            "sglang_settings.context_length is 262144, more than the 202752 positions",
+        ),
+        ({"context_length": "256k"}, 'sglang_settings.context_length is "256k", more than the 202752'),
+        ({"tp_size": 24}, "sglang_settings.tp_size is 24: nvidia/GLM-5-NVFP4's 64 attention heads"),
+        ({"tensor_parallel_size": 12}, "sglang_settings.tensor_parallel_size is 12"),
+        ({"tp_size": 48, "dp_size": 2, "enable_dp_attention": True}, "tp_size / dp_size (24)"),
+        ({"ep_size": 3}, "sglang_settings.ep_size is 3, which does not divide the 256 routed experts"),
+    ],
+)
+def test_settings_past_the_checkpoint_s_own_limits_are_refused(values: dict[str, Any], words: str) -> None:
+    (problem,) = limits(values)
+    assert words in problem and "sglang refuses to start" in problem, problem
+
+
+@pytest.mark.parametrize(
+    ("values", "repo", "env"),
+    [
+        ({"context_length": 202752, "tp_size": 16, "ep_size": 8}, "nvidia/GLM-5-NVFP4", None),
+        ({"context_length": 131072}, "NVIDIA/glm-5-nvfp4", None),  # the hub's ids ignore case
+        (
+            {"context_length": 262144},
+            "nvidia/GLM-5-NVFP4",
+            {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
+        ),
+        (
+            {"tp_size": 24, "dp_size": 3, "enable_dp_attention": True},
+            "zai-org/GLM-5-FP8",
+            None,
+        ),  # 8 per group
+        ({"context_length": 10**6, "tp_size": 24}, "glm5-lab/glm5-lab-tiny", None),  # not known: sglang's
+        ({"tp_size": "eight", "context_length": None}, "nvidia/GLM-5-NVFP4", None),  # the parser's to judge
+    ],
+)
+def test_settings_within_the_limits_or_of_another_model_pass(
+    values: dict, repo: str, env: dict | None
+) -> None:
+    assert limits(values, repo, env) == []
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["context_length", "tp_size", "dp_size", "enable_dp_attention", "ep_size", "tp"]),
+        st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats() | st.text(max_size=6),
+        max_size=5,
+    )
+)
+def test_model_limit_problems_never_raise(values: dict[str, Any]) -> None:
+    assert isinstance(limits(values), list)
+
+
+def test_the_filter_merges_the_service_environments() -> None:
+    from importlib import import_module
+
+    filters = import_module("ansible_collections.glm5.deploy.plugins.filter.inputs").FilterModule().filters()
+    check = filters["sglang_model_limit_problems"]
+    settings = {"context_length": 262144}
+    assert check(settings, "nvidia/GLM-5-NVFP4", [{}, {}]) != []
+    assert (
+        check(settings, "nvidia/GLM-5-NVFP4", [{}, {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "true"}])
+        == []
+    )
+    assert check("context_length=262144", "nvidia/GLM-5-NVFP4", None) == []  # the argument spec's
 
 
 # --- ports below 1024 ---------------------------------------------------------------------------------------
@@ -549,6 +630,50 @@ def test_the_lab_probes_and_none_pass() -> None:
 def test_probe_problems(probes: list[Any], words: str) -> None:
     problems = probe_problems("sglang_validate_probes", probes)
     assert len(problems) == 1 and problems[0].startswith(words), problems
+
+
+@pytest.mark.parametrize("expect", ["", ".*", "^", "(?:)", "4|", "x*", "[\\s\\S]*"])
+def test_an_expect_every_answer_matches_judges_nothing(expect: str) -> None:
+    (problem,) = probe_problems("sglang_validate_probes", [PROBE | {"expect": expect}])
+    assert problem.startswith("sglang_validate_probes[0].expect is ") and "every answer matches" in problem
+
+
+@pytest.mark.parametrize(
+    "expect",
+    ["^$", "^\\s*$", "\\A\\s+\\Z", "^(\\s|\\n)*$", "^[ \\t]*$", "(?i)^$", "^(?:\\s)+$", "^(?>\\s*)$"],
+)
+def test_an_expect_only_blank_text_matches_can_never_pass(expect: str) -> None:
+    """The judge fails a blank answer before it reads expect (judge_verdict), so such a probe fails every
+    replica, which the validate gate then reads as a suspect probe."""
+    (problem,) = probe_problems("sglang_guard_probes", [PROBE | {"expect": expect}])
+    assert problem.startswith("sglang_guard_probes[0].expect is ") and "only blank text matches" in problem
+
+
+@pytest.mark.parametrize(
+    "expect",
+    [
+        "^[^0-9]*(?:2[^0-9]+2[^0-9]+)?4[^0-9]*$",  # the seeds' 2+2
+        "4",
+        "^\\s+4",  # sglang 0.5.23 does not strip the content after </think>: a leading newline can be there
+        "(?m)^\\s*$",  # a blank line inside an answer
+        "^\\s*4\\s*$",
+        "^$|4",
+    ],
+)
+def test_an_expect_some_answers_match_and_others_not_passes(expect: str) -> None:
+    assert probe_problems("sglang_validate_probes", [PROBE | {"expect": expect}]) == []
+
+
+@given(st.text(max_size=12))
+def test_expect_problems_never_raise_and_never_refuse_a_pattern_some_answer_passes(expect: str) -> None:
+    """Whatever the text, a pattern refused as blank-only matches no non-blank sample answer."""
+    try:
+        compiled = re.compile(expect)
+    except re.error:
+        return
+    problems = expect_problems("e", expect)
+    if any("only blank text" in p for p in problems):
+        assert not any(compiled.search(text) for text in EXPECT_SAMPLES if text.strip())
 
 
 # --- every option by its type and name ---------------------------------------------------------------------

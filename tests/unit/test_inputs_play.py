@@ -59,6 +59,20 @@ BAD: dict[str, tuple[str, dict[str, Any], tuple[str, ...], tuple[str, ...]]] = {
         ),
         (),
     ),
+    "bad-model": (
+        "sglang_nodes",
+        {
+            "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",
+            "sglang_settings": {"context_length": "256k", "ep_size": 3},
+            "sglang_validate_probes": [PROBE | {"expect": "^\\s*$"}],
+        },
+        (
+            'sglang_settings.context_length is "256k", more than the 202752 positions',
+            "sglang_settings.ep_size is 3, which does not divide the 256 routed experts",
+            'sglang_validate_probes[0].expect is "^\\\\s*$", which only blank text matches',
+        ),
+        (),
+    ),
     "bad-router": (
         "sglang_router",
         {"sglang_router_admin_key": "short:hidden-3", "sglang_router_host": "http://0.0.0.0"},
