@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import jinja2
+from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
     admin_key_problems,
@@ -177,11 +179,24 @@ def sglang_inventory_problems(
 ) -> list[str]:
     """inventory_problems over the inventory's groups and the contract's variables of each of its hosts."""
     plain = {str(name): [str(h) for h in hosts] for name, hosts in groups.items()}
-    hosts = {
-        host: {var: hostvars[host][var] for var in CONTRACT_VARS if var in hostvars[host]}
-        for host in plain.get("all", [])
-    }
+    hosts = {host: _contract_vars(hostvars, host) for host in plain.get("all", [])}
     return inventory_problems(plain, hosts, need_router=boolean(need_router, strict=False))
+
+
+def _contract_vars(hostvars: Any, host: str) -> dict[str, Any]:
+    """The contract's variables that ``host`` defines. One whose template does not resolve is left out: the
+    inputs play, on that host, names it."""
+    found = {}
+    for var in CONTRACT_VARS:
+        if var in hostvars[host]:
+            try:
+                value = hostvars[host][var]
+            except AnsibleUndefinedVariable:
+                continue
+            # ansible-core 2.19 hands a value whose template does not resolve on as an Undefined.
+            if not isinstance(value, jinja2.Undefined):
+                found[var] = value
+    return found
 
 
 class FilterModule:

@@ -418,3 +418,19 @@ def _inventory_groups(path: Path) -> tuple[dict[str, list[str]], dict[str, dict[
 def test_the_project_s_inventories_keep_the_contract(path: str) -> None:
     groups, hosts = _inventory_groups(ROOT / path)
     assert inventory_problems(groups, hosts, need_router=True) == []
+
+
+def test_the_filter_reads_the_contract_s_variables_and_leaves_out_an_undefined_one() -> None:
+    import jinja2
+    from ansible_collections.glm5.deploy.plugins.filter.inputs import FilterModule
+
+    check = FilterModule().filters()["sglang_inventory_problems"]
+    hostvars = {
+        "gpu-node-1": {"sglang_server_advertise_host": jinja2.Undefined(name="nothing"), "unrelated": 1},
+        "gpu-node-2": {"sglang_server_advertise_host": "127.0.0.1"},
+        "lab-gateway": {"ansible_host": "10.0.0.9"},
+    }
+    (problem,) = check(FLEET, hostvars)
+    assert problem.startswith("inventory: gpu-node-2's address is '127.0.0.1'")
+    (groups,) = check({"all": ["x"], "gpu_nodes": ["x"]}, {"x": {}}, "yes")
+    assert "sglang_nodes and sglang_router are missing or empty" in groups
