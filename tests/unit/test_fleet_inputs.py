@@ -64,6 +64,13 @@ def test_a_shared_port_names_both_variables() -> None:
     assert "sglang_router_metrics_port and sglang_router_port are both 30000" in problem
 
 
+@pytest.mark.parametrize("other", ["30001", " 30001 ", "030001", 30001])
+def test_a_port_given_as_a_string_is_the_same_port(other: object) -> None:
+    """The inventory's YAML or an extra var (-e) gives a string; the service binds the number."""
+    (problem,) = port_problems({"sglang_router_upstream_port": 30001, "sglang_router_metrics_port": other})
+    assert "sglang_router_metrics_port and sglang_router_upstream_port are both 30001" in problem
+
+
 @given(
     st.dictionaries(st.text(min_size=1, max_size=8), st.integers(min_value=1, max_value=65535), max_size=6)
 )

@@ -255,3 +255,30 @@ def test_the_contract_s_refusals_through_the_play(
     assert done.returncode == 2, done.stdout[-3000:]
     (message,) = refusals(done.stdout).values()
     assert words in json.loads(message)[0], message
+
+
+def test_every_port_a_host_binds_is_checked_together_whatever_its_roles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU node that is also the router host and a Prometheus host: the server's, the edge's, smg's
+    upstream, the router's and the guard's metrics ports and Prometheus's own, each against the others, with
+    the roles' defaults for those the inventory does not set, a port given as a string as a number."""
+    inventory = yaml.safe_load(FIXTURE.read_text())
+    children = inventory["all"]["children"]
+    children["sglang_router"]["hosts"] = {
+        "gpu-node-1": {"sglang_router_metrics_port": "30001", "sglang_guard_metrics_port": 9090}
+    }
+    children["prometheus"] = {"hosts": {"gpu-node-1": None}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
+    done = ansible_playbook("-i", str(tmp_path / "hosts.yml"), "playbooks/inputs.yml")
+    assert done.returncode == 2, done.stdout[-4000:]
+    found = refusals(done.stdout)
+    assert set(found) == {"gpu-node-1"}, found
+    for words in (
+        "sglang_router_port and sglang_server_port are both 30000 on one host",
+        "sglang_router_metrics_port and sglang_router_upstream_port are both 30001 on one host",
+        "Prometheus's own port (9090, its default --web.listen-address) and sglang_guard_metrics_port are "
+        "both 9090 on one host",
+    ):
+        assert json.dumps(words)[1:-1] in found["gpu-node-1"], found["gpu-node-1"]
