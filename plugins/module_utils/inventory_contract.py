@@ -239,8 +239,8 @@ def peer_address(name: str, host_vars: Mapping[str, Any]) -> tuple[str, str]:
     ansible_host, else the inventory name), and where it comes from."""
     for var in ("sglang_server_advertise_host", "ansible_host"):
         value = host_vars.get(var)
-        if value not in (None, ""):
-            return str(value), f"{var} of {name}"
+        if value is not None and str(value).strip():
+            return str(value).strip(), f"{var} of {name}"
     return name, f"the inventory name {name} (no ansible_host)"
 
 
@@ -298,10 +298,11 @@ def reach_problems(groups: Mapping[str, Sequence[str]], hosts: Mapping[str, Mapp
             peers = _peers(node, rank, replica, routers, scrapers)
             if not peers:
                 continue
-            if own.get("sglang_server_advertise_host") == "":
+            advertised = own.get("sglang_server_advertise_host")
+            if advertised is not None and not str(advertised).strip():
                 problems.append(
-                    f"inventory: sglang_server_advertise_host of {node} is empty: it is the address {peers} "
-                    "connect(s) to. Set it, or leave it unset for ansible_host"
+                    f"inventory: sglang_server_advertise_host of {node} is empty: it is the address that "
+                    f"{peers} connect to. Set it, or leave it unset for ansible_host"
                 )
                 continue
             address, where = peer_address(node, own)

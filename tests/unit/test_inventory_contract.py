@@ -291,6 +291,8 @@ def test_the_lab_s_addresses_pass() -> None:
         ({"sglang_server_advertise_host": "LocalHost."}, "a loopback address"),
         ({"sglang_server_advertise_host": "::"}, "a wildcard address"),
         ({"sglang_server_advertise_host": ""}, "sglang_server_advertise_host of gpu-node-1 is empty"),
+        ({"sglang_server_advertise_host": "  "}, "sglang_server_advertise_host of gpu-node-1 is empty"),
+        ({"sglang_server_advertise_host": " 127.0.0.1 "}, "gpu-node-1's address is '127.0.0.1'"),
         ({"sglang_server_host": "127.0.0.1"}, "sglang_server_host of gpu-node-1 is '127.0.0.1'"),
     ],
 )
@@ -434,3 +436,32 @@ def test_the_filter_reads_the_contract_s_variables_and_leaves_out_an_undefined_o
     assert problem.startswith("inventory: gpu-node-2's address is '127.0.0.1'")
     (groups,) = check({"all": ["x"], "gpu_nodes": ["x"]}, {"x": {}}, "yes")
     assert "sglang_nodes and sglang_router are missing or empty" in groups
+
+
+ADDRESSES = st.one_of(
+    st.ip_addresses().map(str),
+    st.sampled_from(["localhost", "LOCALHOST.", "0", "127.1", "[::1]", "*", "", " ", "gpu-node-1", "0x7f.1"]),
+    st.text(max_size=10),
+)
+HOST_VARS = st.fixed_dictionaries(
+    {},
+    optional={
+        "ansible_host": ADDRESSES,
+        "ansible_port": st.one_of(st.integers(0, 70000), st.text(max_size=5)),
+        "ansible_connection": st.sampled_from(["ssh", "local", "paramiko", "community.docker.docker"]),
+        "sglang_server_advertise_host": ADDRESSES,
+        "sglang_server_host": ADDRESSES,
+        "sglang_router_metrics_host": ADDRESSES,
+        "sglang_guard_metrics_host": ADDRESSES,
+        "node_firewall_enabled": st.one_of(st.booleans(), st.sampled_from(["no", "yes", "maybe"])),
+    },
+)
+
+
+@given(st.dictionaries(st.sampled_from(["gpu-node-1", "gpu-node-2", "lab-gateway"]), HOST_VARS))
+def test_any_host_variables_give_sentences_about_the_inventory(hosts: dict[str, dict[str, Any]]) -> None:
+    """Whatever the inventory gives (addresses in any spelling, ports as strings, garbage), the contract
+    answers in sentences and never raises."""
+    groups = fleet(prometheus=["lab-gateway"], sglang_replica_pair=["gpu-node-1", "gpu-node-2"])
+    problems = inventory_problems(groups, hosts, need_router=True)
+    assert all(isinstance(p, str) and p.startswith("inventory: ") for p in problems)
