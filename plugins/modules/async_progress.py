@@ -40,6 +40,7 @@ attributes:
     support: none
   platform:
     description: Any host async_status supports, with C(du) for O(measure_path).
+    support: full
     platforms: posix
 author:
   - glm5-deploy maintainers (@glm5-deploy)
