@@ -465,3 +465,16 @@ def test_the_lab_prometheus_runs_the_roles_configuration_and_scrapes_everything(
     assert not tls_target["lastError"], tls_target["lastError"]
     names = {r["name"] for group in rules["data"]["groups"] for r in group["rules"]}
     assert {"GLM5FailedVerdict", "GLM5ReplicaOutOfRouter", "GLM5NoHealthyReplica"} <= names, names
+    # The shipped scrape configuration, loaded with no hand edit: every glm5 target came from the target
+    # lists the role writes (file_sd, re-read by Prometheus itself), and glm5-scrape.yml is a valid
+    # configuration of its own (what scrape_config_files includes on Prometheus 2.43+).
+    glm5 = [t for t in targets["data"]["activeTargets"] if t["labels"]["job"].startswith("glm5-")]
+    sources = {(t["labels"]["job"], t["discoveredLabels"].get("__meta_filepath")) for t in glm5}
+    assert sources == {(job, f"/etc/prometheus/glm5/targets/{job}.json") for job, _ in sources}, sources
+    alone = lab(GUARD, "promtool check config /etc/prometheus/glm5/glm5-scrape.yml", check=False)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    # Every alert says where its runbook is.
+    alerts = [r for group in rules["data"]["groups"] for r in group["rules"] if r["type"] == "alerting"]
+    assert alerts and all("docs/runbooks.md#" in r["annotations"].get("runbook_url", "") for r in alerts), [
+        r["name"] for r in alerts if "runbook_url" not in r["annotations"]
+    ]
