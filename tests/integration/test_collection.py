@@ -76,15 +76,20 @@ def test_ansible_doc_documents_every_role_and_entry_point_from_the_artifact(user
     assert len(re.findall(r"^ENTRY POINT: ", text, re.M)) == entry_points
 
 
-def test_the_artifact_is_versioned_and_holds_files_only(user_project: Path) -> None:
-    """galaxy.yml's version names the artifact; the links of the repository's collections/ became files."""
+def test_the_artifact_is_versioned_and_self_contained(user_project: Path) -> None:
+    """galaxy.yml's version names the artifact; it holds the collection's files, and no link out of it."""
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     (artifact,) = (user_project.parent / "build").glob("*.tar.gz")
     assert artifact.name == f"glm5-deploy-{galaxy['version']}.tar.gz"
     with tarfile.open(artifact) as tar:
         members = tar.getmembers()
     names = {m.name for m in members}
-    assert not [m.name for m in members if m.issym() or m.islnk()]
+    # Links only to files of the artifact itself (the roles' copies of the unit templates and of the guard's
+    # module_utils); none to a directory, none out of it.
+    for link in (m for m in members if m.issym() or m.islnk()):
+        target = os.path.normpath(os.path.join(os.path.dirname(link.name), link.linkname))
+        assert target in names and not target.startswith(".."), (link.name, link.linkname)
+        assert not next(m for m in members if m.name == target).isdir(), link.name
     wanted = {"meta/runtime.yml", "playbooks/site.yml", "roles/sglang_server/templates/sglang.service.j2"}
     wanted |= {"plugins/module_utils/sglang_flags.py", "plugins/data/lanes.yml", "plugins/filter/sglang.py"}
     assert wanted <= names

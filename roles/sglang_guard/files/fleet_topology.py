@@ -1,1 +1,1 @@
-../../../python_plugins/module_utils/fleet_topology.py
+../../../plugins/module_utils/fleet_topology.py

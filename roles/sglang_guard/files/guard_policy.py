@@ -1,1 +1,1 @@
-../../../python_plugins/module_utils/guard_policy.py
+../../../plugins/module_utils/guard_policy.py

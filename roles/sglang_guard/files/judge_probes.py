@@ -1,1 +1,1 @@
-../../../python_plugins/module_utils/judge_probes.py
+../../../plugins/module_utils/judge_probes.py

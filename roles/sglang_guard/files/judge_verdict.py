@@ -1,1 +1,1 @@
-../../../python_plugins/module_utils/judge_verdict.py
+../../../plugins/module_utils/judge_verdict.py
