@@ -244,11 +244,11 @@ def peer_address(name: str, host_vars: Mapping[str, Any]) -> tuple[str, str]:
     return name, f"the inventory name {name} (no ansible_host)"
 
 
-def _unreachable(address: str) -> str | None:
-    """Why peers cannot connect to ``address``, or None."""
+def _unreachable(address: str, away: bool = True) -> str | None:
+    """Why peers cannot connect to ``address``, or None; ``away``: a peer is on another machine."""
     if is_wildcard(address):
         return "a wildcard address, where a server listens, not one to connect to"
-    if is_loopback(address):
+    if away and is_loopback(address):
         return "a loopback address, which is every machine's own"
     return None
 
@@ -265,11 +265,28 @@ def _replicas(groups: Mapping[str, Sequence[str]]) -> list[list[str]]:
     return grouped + [[n] for n in nodes if n not in inside]
 
 
+def _machine(name: str, hosts: Mapping[str, Mapping[str, Any]]) -> tuple[str, str, int | str | None]:
+    """The machine a host is: its machine_key; the controller for a local connection."""
+    return machine_key(name, hosts.get(name) or {}) or ("local", "", None)
+
+
+def _elsewhere(host: str, peers: Iterable[str], hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The peers on another machine than ``host`` (loopback reaches the others)."""
+    here = _machine(host, hosts)
+    return [p for p in peers if p != host and _machine(p, hosts) != here]
+
+
 def _peers(
-    node: str, rank: int, replica: Sequence[str], routers: Sequence[str], scrapers: Sequence[str]
-) -> str:
-    """Who connects to a node, by role, other than the node itself: the router and the replica's other ranks
-    connect to rank 0, Prometheus to every node. Empty: nobody."""
+    node: str,
+    rank: int,
+    replica: Sequence[str],
+    routers: Sequence[str],
+    scrapers: Sequence[str],
+    hosts: Mapping[str, Mapping[str, Any]],
+) -> tuple[str, bool]:
+    """Who connects to a node, by role: the router and the replica's other ranks connect to rank 0, Prometheus
+    to every node; and whether one of them is on another machine (where loopback does not reach). Empty:
+    nobody but the node itself."""
     roles = {
         "the router": routers if rank == 0 else [],
         "the other ranks of its replica": replica[1:] if rank == 0 else [],
@@ -280,7 +297,8 @@ def _peers(
         for role, hosts_of in roles.items()
         if (others := [h for h in hosts_of if h != node])
     ]
-    return " and ".join(filter(None, [", ".join(named[:-1]), *named[-1:]]))
+    away = bool(_elsewhere(node, [h for hosts_of in roles.values() for h in hosts_of], hosts))
+    return " and ".join(filter(None, [", ".join(named[:-1]), *named[-1:]])), away
 
 
 def reach_problems(groups: Mapping[str, Sequence[str]], hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -295,7 +313,7 @@ def reach_problems(groups: Mapping[str, Sequence[str]], hosts: Mapping[str, Mapp
     for replica in _replicas(groups):
         for rank, node in enumerate(replica):
             own = hosts.get(node) or {}
-            peers = _peers(node, rank, replica, routers, scrapers)
+            peers, away = _peers(node, rank, replica, routers, scrapers, hosts)
             if not peers:
                 continue
             advertised = own.get("sglang_server_advertise_host")
@@ -306,7 +324,7 @@ def reach_problems(groups: Mapping[str, Sequence[str]], hosts: Mapping[str, Mapp
                 )
                 continue
             address, where = peer_address(node, own)
-            why = _unreachable(address)
+            why = _unreachable(address, away)
             if why:
                 dist = " (also its replica's dist-init address)" if rank == 0 and len(replica) > 1 else ""
                 problems.append(
@@ -316,7 +334,7 @@ def reach_problems(groups: Mapping[str, Sequence[str]], hosts: Mapping[str, Mapp
                 )
                 continue
             bind = own.get("sglang_server_host")
-            if bind and is_loopback(str(bind)):
+            if bind and away and is_loopback(str(bind)):
                 problems.append(
                     f"inventory: sglang_server_host of {node} is {str(bind)!r}: its server listens on "
                     f"loopback only, where {peers} cannot connect. Leave it unset (the server binds to "
@@ -334,7 +352,7 @@ def _router_reach_problems(
     sglang_monitoring), on the addresses they listen on."""
     problems: list[str] = []
     for router in routers[:1]:
-        others = [h for h in scrapers if h != router]
+        others = _elsewhere(router, scrapers, hosts)
         if not others:
             continue
         own = hosts.get(router) or {}
@@ -380,7 +398,7 @@ def _firewall_source_problems(
     ]
     problems = []
     for source in dict.fromkeys(list(groups.get(ROUTER) or []) + list(groups.get(PROMETHEUS) or [])):
-        behind = [n for n in guarded if n != source]
+        behind = _elsewhere(source, guarded, hosts)
         if not behind:
             continue
         address, where = peer_address(source, hosts.get(source) or {})

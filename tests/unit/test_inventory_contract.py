@@ -465,3 +465,14 @@ def test_any_host_variables_give_sentences_about_the_inventory(hosts: dict[str, 
     groups = fleet(prometheus=["lab-gateway"], sglang_replica_pair=["gpu-node-1", "gpu-node-2"])
     problems = inventory_problems(groups, hosts, need_router=True)
     assert all(isinstance(p, str) and p.startswith("inventory: ") for p in problems)
+
+
+def test_loopback_reaches_another_inventory_name_on_the_same_machine() -> None:
+    """A fleet on one machine (local connections, each server on its own port, as the controller-side tests
+    run validate.yml): the router reaches the nodes on loopback. Over ssh to another machine, it does not."""
+    local = {"ansible_connection": "local", "sglang_server_advertise_host": "127.0.0.1"}
+    hosts = {"gpu-node-1": local, "gpu-node-2": local, "lab-gateway": {"ansible_connection": "local"}}
+    assert inventory_problems(fleet(prometheus=["lab-gateway"]), hosts) == []
+    hosts["lab-gateway"] = {"ansible_host": "10.0.0.9"}
+    problems = reach_problems(FLEET, hosts)
+    assert len(problems) == 2 and all("a loopback address" in p for p in problems), problems
