@@ -248,12 +248,14 @@ CASES = [
         ("sglang_settings.tp_size", "preflight_tp_size"),
         {"sglang_settings": {"tp_size": 16}},
     ),
-    # Ports below 1024: no unit grants CAP_NET_BIND_SERVICE.
+    # Ports below 1024: no unit but the edge's grants CAP_NET_BIND_SERVICE (an edge on 443 is allowed).
     Case(
         "server-port-privileged", ("sglang_server_port", "CAP_NET_BIND_SERVICE"), {"sglang_server_port": 80}
     ),
     Case(
-        "router-port-privileged", ("sglang_router_port", "CAP_NET_BIND_SERVICE"), {"sglang_router_port": 443}
+        "router-upstream-port-privileged",
+        ("sglang_router_upstream_port", "CAP_NET_BIND_SERVICE"),
+        {"sglang_router_upstream_port": 443},
     ),
     # Secrets: printable ASCII without whitespace, never shown.
     Case(

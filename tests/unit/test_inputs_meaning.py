@@ -304,9 +304,11 @@ def test_the_filter_merges_the_service_environments() -> None:
 
 UNITS = {
     "sglang_server_port": "sglang_server/templates/sglang.service.j2",
-    "sglang_router_port": "sglang_router/templates/sglang-router.service.j2",
+    "sglang_router_upstream_port": "sglang_router/templates/sglang-router.service.j2",
     "sglang_guard_metrics_port": "sglang_guard/templates/sglang-guard.service.j2",
 }
+# The edge (nginx, as root with CAP_NET_BIND_SERVICE): the clients' port, 443 in many sites.
+EDGE = {"sglang_router_port": "sglang_router/templates/sglang-edge.service.j2"}
 
 
 def test_preflight_knows_the_unit_of_every_port_it_checks() -> None:
@@ -321,6 +323,12 @@ def test_preflight_knows_the_unit_of_every_port_it_checks() -> None:
 def test_no_unit_of_the_roles_grants_low_ports(path: str) -> None:
     """The rule's premise; a unit that grants CAP_NET_BIND_SERVICE would have its ports below 1024 allowed."""
     assert not grants_low_ports((ROOT / "roles" / path).read_text())
+
+
+def test_the_edge_may_listen_on_443() -> None:
+    units = {name: (f"roles/{path}", (ROOT / "roles" / path).read_text()) for name, path in EDGE.items()}
+    assert grants_low_ports(units["sglang_router_port"][1])
+    assert low_port_problems({"sglang_router_port": 443}, units) == []
 
 
 @pytest.mark.parametrize(
@@ -348,13 +356,18 @@ def test_grants_low_ports(unit: str, grants: bool) -> None:
 
 def test_a_port_below_1024_is_refused_for_a_unit_without_the_capability() -> None:
     units = {name: (f"roles/{path}", (ROOT / "roles" / path).read_text()) for name, path in UNITS.items()}
-    (problem,) = low_port_problems({"sglang_server_port": 80, "sglang_router_port": 30000}, units)
+    (problem,) = low_port_problems({"sglang_server_port": 80, "sglang_router_upstream_port": 30001}, units)
     assert problem.startswith("sglang_server_port is 80, below 1024")
     assert "CAP_NET_BIND_SERVICE" in problem and "roles/sglang_server/templates/sglang.service.j2" in problem
-    assert low_port_problems({"sglang_router_port": "443"}, units)[0].startswith("sglang_router_port is 443")
+    assert low_port_problems({"sglang_router_upstream_port": "443"}, units)[0].startswith(
+        "sglang_router_upstream_port is 443"
+    )
     # Out of range or not a number: port_problems' to name; a port with no known unit is not judged.
     assert (
-        low_port_problems({"sglang_server_port": 0, "sglang_router_port": "x", "other_port": 80}, units) == []
+        low_port_problems(
+            {"sglang_server_port": 0, "sglang_router_upstream_port": "x", "other_port": 80}, units
+        )
+        == []
     )
     granted = {"sglang_server_port": ("u", "[Service]\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n")}
     assert low_port_problems({"sglang_server_port": 80}, granted) == []
