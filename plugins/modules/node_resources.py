@@ -30,13 +30,9 @@ options:
     description: Floor of the /dev/shm size (GiB).
     type: float
     default: 0
+extends_documentation_fragment:
+  - glm5.deploy.attributes.read_only
 attributes:
-  check_mode:
-    description: Read-only; it does the same in check mode.
-    support: full
-  diff_mode:
-    description: It changes nothing, so there is no diff.
-    support: none
   platform:
     description: Linux hosts (C(/proc/meminfo), C(/proc/cmdline), C(/dev/shm)).
     support: full

@@ -85,13 +85,9 @@ options:
         description: Whether it should be enabled.
         type: bool
         default: false
+extends_documentation_fragment:
+  - glm5.deploy.attributes.read_only
 attributes:
-  check_mode:
-    description: Read-only; it does the same in check mode.
-    support: full
-  diff_mode:
-    description: It changes nothing, so there is no diff.
-    support: none
   platform:
     description: Any POSIX host.
     support: full

@@ -62,13 +62,9 @@ options:
     description: Epoch seconds; the journal is read from then on (the caller's time before the start).
     type: float
     default: 0
+extends_documentation_fragment:
+  - glm5.deploy.attributes.read_only
 attributes:
-  check_mode:
-    description: Read-only; it does the same in check mode.
-    support: full
-  diff_mode:
-    description: It changes nothing, so there is no diff.
-    support: none
   platform:
     description: Hosts with systemd (C(systemctl), C(journalctl)).
     support: full

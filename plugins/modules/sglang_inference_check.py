@@ -173,13 +173,9 @@ options:
         tokens, past DSA's top-k) on a GPU fleet.
     type: int
     default: 0
+extends_documentation_fragment:
+  - glm5.deploy.attributes.read_only
 attributes:
-  check_mode:
-    description: Only reads; it asks the same questions in check mode.
-    support: full
-  diff_mode:
-    description: It changes nothing, so there is no diff.
-    support: none
   platform:
     description: Any POSIX host.
     support: full
