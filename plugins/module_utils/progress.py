@@ -8,6 +8,7 @@ time since it started) into one line: bytes, percent, rate and ETA when they are
 
 from __future__ import annotations
 
+import math
 from collections.abc import MutableMapping
 
 GB = 1000**3
@@ -20,7 +21,9 @@ def size(count: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """'45 s', '6 min 28 s', '2 h 05 min'."""
+    """'45 s', '6 min 28 s', '2 h 05 min'; '?' for a time no clock can show."""
+    if not math.isfinite(seconds):
+        return "?"
     seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds} s"
@@ -50,11 +53,12 @@ def progress_words(
                     percent = min(percent, 99.0)
                 measured += f" of {'about ' if about else ''}{size(total)} ({percent:.0f}%)"
             words.append(measured)
-        if elapsed > 0 and done > 0:
-            rate = done / elapsed
+        rate = done / elapsed if elapsed > 0 else 0.0
+        if rate > 0 and math.isfinite(rate):
             words.append(f"{size(rate)}/s")
-            if total and total > done:
-                words.append(f"ETA {duration((total - done) / rate)}")
+            eta = (total - done) / rate if total and total > done else None
+            if eta is not None and math.isfinite(eta):
+                words.append(f"ETA {duration(eta)}")
     words.append(f"{duration(elapsed)} elapsed")
     return ", ".join(words)
 

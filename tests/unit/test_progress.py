@@ -42,13 +42,20 @@ def test_durations() -> None:
 
 
 @given(
-    elapsed=st.floats(min_value=0, max_value=1e6),
-    done=st.none() | st.floats(min_value=0, max_value=1e13),
-    total=st.none() | st.floats(min_value=0, max_value=1e13),
+    elapsed=st.floats(min_value=0, max_value=1e6, allow_subnormal=True),
+    done=st.none() | st.floats(min_value=0, max_value=1e13, allow_subnormal=True),
+    total=st.none() | st.floats(min_value=0, max_value=1e13, allow_subnormal=True),
 )
 def test_any_numbers_make_one_line_that_ends_with_the_elapsed_time(elapsed, done, total) -> None:
     words = progress_words(elapsed, done, total)
     assert "\n" not in words and words.endswith("elapsed")
+    assert progress_words(elapsed, done, total, about=True).endswith("elapsed")
+
+
+def test_rates_too_small_or_too_large_for_a_clock_are_left_out() -> None:
+    tiny = progress_words(1e6, done=5e-324, total=1e13)
+    assert "/s" not in tiny and "ETA" not in tiny and tiny.endswith("elapsed")
+    assert "/s" not in progress_words(1e-300, done=1e13)
 
 
 def test_one_line_per_host_and_task_every_interval() -> None:
