@@ -70,6 +70,23 @@ class FakeSglang:
     scripts: dict[tuple[str, str], list[Reply]] = field(default_factory=dict)
     requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Requests being answered now, the most at once, and how many a reply waits for (at most 10 s) before it
+    # is sent: requests sent one after the other never get there.
+    in_flight: int = 0
+    most_in_flight: int = 0
+    gather: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def arrive(self) -> None:
+        with self.changed:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.changed.notify_all()
+            self.changed.wait_for(lambda: self.in_flight >= self.gather, timeout=10 if self.gather else 0)
+
+    def leave(self) -> None:
+        with self.changed:
+            self.in_flight -= 1
 
     def script(self, method: str, path: str, *replies: Reply) -> None:
         self.scripts[(method, path)] = list(replies)
@@ -93,7 +110,11 @@ def _handler(fake: FakeSglang) -> type[JsonHandler]:
     class Handler(JsonHandler):
         def answer(self, method: str, headers: dict[str, str], body: Any) -> None:
             reply = fake.next_reply(method, self.path, headers, body)
-            time.sleep(reply.delay)
+            fake.arrive()
+            try:
+                time.sleep(reply.delay)
+            finally:
+                fake.leave()
             if reply.trickle is not None:
                 self.trickle(reply.trickle)
                 return
@@ -222,18 +243,17 @@ def test_nan_model_fails_naming_bangs_and_null_logprobs(
 def test_the_concurrency_probe_sends_at_once_and_judges_every_answer(
     server: FakeSglang, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """concurrency 4: four copies of the probe are in flight together (each reply waits 1 s: one after the
-    other they would take 4 s), and one
-    poisoned answer among them fails the probe, counted."""
+    """concurrency 4: four copies of the probe are in flight together (the fake server holds each reply until
+    four requests are in, at most 10 s: sent one after the other, one at a time would be), and one poisoned
+    answer among them fails the probe, counted."""
     healthy = Reply.capture("healthy_chat_2plus2_greedy")
-    healthy.delay = 1.0
     poisoned = Reply.capture("nan_lnf__chat_greedy_logprobs")
-    poisoned.delay = 1.0
     server.script("POST", CHAT, healthy, healthy, poisoned, healthy)
+    server.gather = 4
     args = {"url": server.url, "probes": two_plus_two(), "logprobs": False, "concurrency": 4}
-    started = time.monotonic()
     result = run(args, capsys)
-    assert time.monotonic() - started < 3.0, "the four requests were not sent at once"
+    assert server.most_in_flight == 4, "the four requests were not sent at once"
+    server.gather = 0
     assert server.count("POST", CHAT) == 4
     assert result["rc"] == 1 and not result["passed"]
     probe = result["probes"][0]
