@@ -177,7 +177,10 @@ class CallbackModule(CallbackBase):
         self._release()
 
     def _start_renewer(self, lock: dict) -> None:
-        """One renewer per run, for a lock with a lease."""
+        """One renewer per run, for a lock with a lease, in a session of its own: a run stopped with its
+        process group (Ctrl-Z, a debugger) is alive and keeps its lock; the renewer ends with the run (it
+        checks that its parent lives before each renewal) or when the callback stops it. A frozen controller
+        freezes both: its lease expires, and the next run takes the lock over."""
         if self._renewer is not None or int(lock.get("lease_seconds") or 0) <= 0:
             return
         if renew_interval is None:  # the collection's module_utils are not importable here: no renewals
@@ -196,7 +199,7 @@ class CallbackModule(CallbackBase):
             "collections": str(Path(sys.modules[renew_interval.__module__].__file__).parents[5]),
         }
         self._renewer = subprocess.Popen(
-            [sys.executable, __file__, json.dumps(job)], stdin=subprocess.DEVNULL, start_new_session=False
+            [sys.executable, __file__, json.dumps(job)], stdin=subprocess.DEVNULL, start_new_session=True
         )
 
     def _stop_renewer(self) -> None:
