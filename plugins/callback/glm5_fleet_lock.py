@@ -199,7 +199,15 @@ class CallbackModule(CallbackBase):
             "collections": str(Path(sys.modules[renew_interval.__module__].__file__).parents[5]),
         }
         self._renewer = subprocess.Popen(
-            [sys.executable, __file__, json.dumps(job)], stdin=subprocess.DEVNULL, start_new_session=True
+            [sys.executable, __file__, json.dumps(job)],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            # ssh masters of its own: the run's ControlPersist masters belong to the run's process group, and
+            # a run stopped with it would leave each renewal waiting on a stopped master.
+            env={
+                **os.environ,
+                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path.home() / ".ansible" / "cp-glm5-renewer"),
+            },
         )
 
     def _stop_renewer(self) -> None:
