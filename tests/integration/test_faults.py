@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -427,10 +426,7 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     assert "resume the switch an interrupted run began" in plan, plan
     published = run.custom_stats()["glm5_rollout"][ROLLED]
     assert (published["outcome"], published["verdict"]) == ("updated", "passed"), published
-    # The restarted server's start printed its progress (the stdout callback glm5_default), no retry lines.
-    assert re.search(
-        rf"\[{ROLLED}\] .*Wait until /health_generate.*: waiting for /health_generate \(", run.stdout
-    ), run.stdout[-3000:]
+    # A start's waits print its progress (the stdout callback glm5_default), never Ansible's retry lines.
     assert "FAILED - RETRYING: [" + ROLLED + "]: Wait until /health_generate" not in run.stdout
     workers = router_workers()
     assert workers.get(ROLLED_URL, {}).get("is_healthy"), workers
