@@ -71,7 +71,7 @@ _SINGLE = {
 def module_argv(ansible: str, lock: dict, module_args: dict, args: dict) -> list[str]:
     """The `ansible` command that runs the module fleet_lock with ``module_args`` on ``lock``'s host, with the
     run's options ``args`` (ansible.context.CLIARGS)."""
-    argv = [ansible, lock["lock_host"], "-m", "glm5.deploy.fleet_lock", "-a", json.dumps(module_args), "-o"]
+    argv = [ansible, lock["lock_host"], "-m", "glm5.deploy.fleet_lock", "-a", json.dumps(module_args)]
     for key, flag in _VALUED.items():
         for value in args.get(key) or ():
             argv += [flag, str(value)]
@@ -101,14 +101,28 @@ def renew_argv(ansible: str, lock: dict, args: dict) -> list[str]:
     )
 
 
+def ansible_env(**extra: str) -> dict[str, str]:
+    """The environment of the `ansible` calls: the run's, with ad-hoc's own stdout callback (minimal: ``host |
+    SUCCESS => {...}``) in JSON, whatever the run's configuration and environment set for playbooks (a YAML
+    result format; ansible-runner and AWX set a stdout callback of their own)."""
+    return {
+        **os.environ,
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "0",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        **extra,
+    }
+
+
 def module_action(output: str) -> str:
-    """The module's action in `ansible -o` output (``host | SUCCESS => {...}``); 'failed' without one."""
+    """The module's action in `ansible` output (``host | SUCCESS => {...}``, the JSON on one line or many);
+    'failed' without one."""
     _head, sep, tail = output.partition("=> ")
     if not sep:
         return "failed"
     try:
-        return str(json.loads(tail.splitlines()[0]).get("action"))
-    except (ValueError, AttributeError, IndexError):
+        result, _end = json.JSONDecoder().raw_decode(tail.lstrip())
+        return str(result.get("action"))
+    except (ValueError, AttributeError):
         return "failed"
 
 
@@ -123,7 +137,14 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
         if os.getppid() != parent:  # the run ended (its orphan never signals a reused PID)
             return "ended"
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=interval, check=False)
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=renewal_timeout(lease_seconds, time.monotonic() - renewed),
+                env=ansible_env(),
+                check=False,
+            )
             action = module_action(done.stdout)
         except (OSError, subprocess.SubprocessError) as err:
             action = f"failed: {err}"
@@ -201,13 +222,11 @@ class CallbackModule(CallbackBase):
         self._renewer = subprocess.Popen(
             [sys.executable, __file__, json.dumps(job)],
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             start_new_session=True,
             # ssh masters of its own: the run's ControlPersist masters belong to the run's process group, and
             # a run stopped with it would leave each renewal waiting on a stopped master.
-            env={
-                **os.environ,
-                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path.home() / ".ansible" / "cp-glm5-renewer"),
-            },
+            env=ansible_env(ANSIBLE_SSH_CONTROL_PATH_DIR=str(Path.home() / ".ansible" / "cp-glm5-renewer")),
         )
 
     def _stop_renewer(self) -> None:
@@ -225,6 +244,7 @@ class CallbackModule(CallbackBase):
         try:
             done = subprocess.run(
                 release_argv(ansible, lock, dict(context.CLIARGS)),
+                env=ansible_env(),
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -249,6 +269,7 @@ if __name__ == "__main__":
     sys.path.insert(0, JOB["collections"])
     from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
         renew_interval,
+        renewal_timeout,
         renewal_verdict,
     )
 

@@ -198,6 +198,13 @@ def renew_interval(lease_seconds: int) -> float:
     return max(1.0, lease_seconds / 3)
 
 
+def renewal_timeout(lease_seconds: int, since_renewed: float) -> float:
+    """How long one renewal attempt may take, ``since_renewed`` seconds after the last renewal: until the run
+    would have to stop (renewal_verdict's 'expiring'), at least a second. A slow control node or lock host
+    (a loaded machine, a cold ssh connection) gets the time the lease leaves, not one fixed interval."""
+    return max(1.0, lease_seconds - renew_interval(lease_seconds) - since_renewed)
+
+
 def renewal_verdict(outcome: str, since_renewed: float, lease_seconds: int) -> str:
     """What the run does after a renewal attempt whose module action was ``outcome`` (renew, lost, or anything
     else for a failed attempt), ``since_renewed`` seconds after its last renewal: 'renewed' (sleep one

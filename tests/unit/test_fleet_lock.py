@@ -29,6 +29,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
     release_decision,
     renew,
     renew_interval,
+    renewal_timeout,
     renewal_verdict,
     stat_start,
 )
@@ -315,6 +316,15 @@ def test_a_run_stops_itself_before_its_lease_can_expire(lease: int, since: float
     assert renewal_verdict("lost", since, lease) == "lost"
 
 
+@given(lease=st.integers(min_value=3, max_value=3600), since=st.floats(min_value=0, max_value=10_000))
+def test_a_renewal_attempt_may_take_what_the_lease_leaves_and_no_more(lease: int, since: float) -> None:
+    """A renewal that ends in time (before the verdict would stop the run) is never cut short; one that would
+    end later is: the time spent plus the attempt's ends when the run must stop, or a second after."""
+    timeout = renewal_timeout(lease, since)
+    assert timeout >= 1.0
+    assert since + timeout == pytest.approx(max(since + 1.0, lease - renew_interval(lease)))
+
+
 def test_the_awx_job_id_is_recorded_and_named() -> None:
     assert awx_job({"awx_job_id": 4711}) == "4711"
     assert awx_job({"tower_job_id": "12"}) == "12"
@@ -445,8 +455,23 @@ def test_the_renewer_stops_when_the_run_ends(tmp_path: Path) -> None:
     assert not calls.exists()
 
 
-def test_module_action_reads_ansibles_one_line_output() -> None:
+def test_module_action_reads_ansibles_minimal_output() -> None:
     callback = load_callback()
     assert callback.module_action('gw | SUCCESS => {"action": "renew", "changed": false}') == "renew"
+    many_lines = 'gw | SUCCESS => {\n    "action": "lost",\n    "changed": false\n}\n'
+    assert callback.module_action(many_lines) == "lost"
     assert callback.module_action('gw | UNREACHABLE! => {"msg": "ssh"}') == "None"
     assert callback.module_action("ERROR! no inventory") == "failed"
+
+
+def test_the_ansible_calls_print_ad_hocs_own_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-runner and AWX put a stdout callback of their own in the environment, ansible.cfg a YAML result
+    format; with them `ansible` would not print the `host | SUCCESS => {...}` that module_action reads. The
+    `-o` flag that forced one line is deprecated."""
+    callback = load_callback()
+    monkeypatch.setenv("ANSIBLE_LOAD_CALLBACK_PLUGINS", "1")
+    monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", "awx_display")
+    monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "yaml")
+    assert callback.ansible_env()["ANSIBLE_LOAD_CALLBACK_PLUGINS"] == "0"
+    assert callback.ansible_env()["ANSIBLE_CALLBACK_RESULT_FORMAT"] == "json"
+    assert "-o" not in callback.renew_argv("ansible", {"lock_host": "gw", "path": "/l", "token": "t"}, {})
