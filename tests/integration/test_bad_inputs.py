@@ -7,6 +7,9 @@ fix, and no secret is in the output (neither the lab's nor one the case gives).
 
 Most cases are refused by the inputs play, which runs on the controller and connects to no host: those must
 run no task outside that play, need no lab host, and run in make test's checks half (marker `controller`).
+Those that are extra vars alone share a run, up to six that set different variables and name different
+words (controller_refusals): the play reports every problem of a task at once, so each case's words can only
+come from its own input; a case its batch's run does not show runs again alone.
 The cases the nodes refuse (preflight asks the hub, reads the node's OS and GPUs, resolves the launch from
 the data on the node: `on_nodes`) run against the converged lab, with the integration tests.
 """
@@ -501,10 +504,68 @@ def refuse_all(cases: list[Case], tmp_path_factory: pytest.TempPathFactory) -> d
         return dict(zip(places, pool.map(refuse, cases), strict=True))
 
 
+# Cases the inputs play refuses, this many in one run at most (each case's extra vars together): the play
+# reports every problem of a stage at once, and a run costs seconds of controller CPU whatever it refuses.
+BATCH = 6
+
+
+def batchable(case: Case) -> bool:
+    """A case that is only extra vars over the lab's inventory, with the default limit."""
+    return case.hosts is None and case.limit == ONE_NODE and bool(case.extravars)
+
+
+def words(case: Case) -> set[str]:
+    """The variables a case sets and the words its refusal must name."""
+    return set(case.extravars) | set(case.names)
+
+
+def batches(cases: list[Case], size: int = BATCH) -> list[list[Case]]:
+    """Cases grouped so that no two in a group set the same variable or name a word of the other: each
+    refusal's words can only come from its own input. First fit, in the suite's order."""
+    groups: list[list[Case]] = []
+    for case in cases:
+        for group in groups:
+            if len(group) < size and all(not words(case) & words(other) for other in group):
+                group.append(case)
+                break
+        else:
+            groups.append([case])
+    return groups
+
+
+def merged(group: list[Case]) -> Case:
+    """One case with the group's inputs, hidden values and names."""
+    extravars: dict[str, Any] = {}
+    for case in group:
+        extravars |= case.extravars
+    return Case(
+        "+".join(case.name for case in group),
+        tuple(word for case in group for word in case.names),
+        extravars,
+        hidden=tuple(value for case in group for value in case.hidden),
+    )
+
+
 @pytest.fixture(scope="module")
 def controller_refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    """The inputs play's cases: no lab host needed."""
-    return refuse_all(CONTROLLER_CASES, tmp_path_factory)
+    """The inputs play's cases, no lab host needed: the extra-vars cases BATCH to a run (batches()), the
+    others alone. A case whose refusal its batch's run does not show (another case stopped the play at an
+    earlier task: the play stops at the first task that fails, and reports all that fail there) runs again
+    alone."""
+    groups = batches([case for case in CONTROLLER_CASES if batchable(case)])
+    alone = [case for case in CONTROLLER_CASES if not batchable(case)]
+    runs = refuse_all([merged(group) for group in groups if len(group) > 1] + alone, tmp_path_factory)
+    judged: dict[str, Run] = {case.name: runs[case.name] for case in alone}
+    again = []
+    for group in groups:
+        run = runs.get(merged(group).name)
+        for case in group:
+            text = failure_text(run) if run else ""
+            if run and run.status == "failed" and all(word in text for word in case.names):
+                judged[case.name] = run
+            else:
+                again.append(case)
+    return judged | refuse_all(again, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -380,8 +380,9 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     before left (the node's switch record), and the last one ends with the replica proven, back in the router,
     not held, and on the inventory's unit. gpu-node-1 starts out of the router from the failed restore above.
     Meanwhile the fleet lock: a second rollout started while the first waits for its restarted server is
-    refused, naming the first, and drains nothing; Ctrl-C releases the lock (callback glm5_fleet_lock); a
-    killed run's lock is taken over by the next run of the same controller."""
+    refused, naming the first, once it saw the first's lease renewed, and drains nothing; Ctrl-C releases the
+    lock (callback glm5_fleet_lock); a killed run's lock is taken over by the next run of the same
+    controller."""
     argv = [PLAYBOOK_BIN, "playbooks/rolling_update.yml", "--limit", ROLLED, "-vvv"]
     # A real switch (drain, new unit, restart) whatever the node's history: its unit gets a line the
     # inventory's does not have, which the rollout repairs.
@@ -416,6 +417,9 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     ((rc, out),) = refused
     no_key_in(out)
     assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
+    # The held run (stopped with its process group) lives: its renewer, in a session of its own, renewed the
+    # lease while this run watched it (the lab's lease is 30 s, renewed every 10 s).
+    assert "renewed its lease while this one watched it: it is alive" in out, out[-3000:]
     assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
     assert "Take the replica out of the router" not in out, "the refused run drained a replica"
     run = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}", verbosity=3)
