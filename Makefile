@@ -24,7 +24,7 @@ PLAYBOOK := $(BIN)/ansible-playbook
 LAB_NODES ?= 2
 LAB_INVENTORY = $(shell lab/bin/lab-inventory $(LAB_NODES))
 # Molecule scenarios that make their own containers; molecule/validate runs on the lab fleet instead.
-CONTAINER_SCENARIOS := preflight driver gpu-matrix checkpoint runtime
+CONTAINER_SCENARIOS := driver gpu-matrix checkpoint runtime
 
 COLLECTION_DIR := $(CURDIR)/build/collection
 

@@ -75,3 +75,17 @@ def test_service_user_and_hardening(host) -> None:
         "ProtectProc=invisible",
     ):
         assert line in unit
+
+
+def test_gpu_facts_are_recorded_as_nvidia_smi_lists_them(host) -> None:
+    """Preflight's GPU facts on each arch (once the scenario preflight's): root-written, world-readable, and
+    what the host's nvidia-smi lists, GPU by GPU."""
+    fact = host.file("/etc/ansible/facts.d/glm5_gpu.fact")
+    assert fact.exists and fact.mode == 0o644
+    facts = json.loads(fact.content_string)
+    listed = host.check_output("nvidia-smi -L").splitlines()
+    assert len(listed) == facts["count"] == 8
+    assert all(f"GPU {i}: {facts['names'][0]} (UUID: GPU-" in line for i, line in enumerate(listed))
+    if facts["arch"] == "sm120":
+        assert facts["names"] == ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+        assert facts["nvlink"] is False
