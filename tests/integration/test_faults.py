@@ -418,7 +418,7 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
     no_key_in(out)
     assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
     # The held run (stopped with its process group) lives: its renewer, in a session of its own, renewed the
-    # lease while this run watched it (the lab's lease is 30 s, renewed every 10 s).
+    # lease while this run watched it (the lab's lease is 60 s, renewed every 20 s).
     assert "renewed its lease while this one watched it: it is alive" in out, out[-3000:]
     assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
     assert "Take the replica out of the router" not in out, "the refused run drained a replica"
