@@ -2,7 +2,7 @@
 playbooks/unlock.yml (a failed play, Ctrl-C).
 
 This callback notes the lock a run took (the result of the module fleet_lock, role fleet_lock). While the run
-holds it, a small renewer process (this file, run as a script) renews the lease every third of it with
+holds it, a small renewer process (this file, run as a script) renews the lease every quarter of it with
 `ansible -m glm5.deploy.fleet_lock -a state=renewed`, with the run's own inventory, connection options and
 extra vars; it ends with the run. When the lock was taken over (the lease had expired) or cannot be renewed
 in time, the renewer interrupts the run (SIGINT, as Ctrl-C) before the lease ends, so two runs never proceed
@@ -23,7 +23,7 @@ name: glm5_fleet_lock
 type: aggregate
 short_description: Renew the fleet lock's lease while the run lives, release it when the run ends early
 description:
-  - Renews the lease of the fleet lock (role fleet_lock) that a run took, every third of the lease, from a
+  - Renews the lease of the fleet lock (role fleet_lock) that a run took, every quarter of the lease, from a
     renewer process that ends with the run and interrupts it when the lease cannot be kept.
   - Releases the lock when the run fails or is interrupted before playbooks/unlock.yml, through the module
     fleet_lock run with `ansible` and the run's own options.
@@ -127,8 +127,9 @@ def module_action(output: str) -> str:
 
 
 def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
-    """The renewer: renew the lease every third of it while ``parent`` (the ansible-playbook process) lives;
-    interrupt it (SIGINT) when the lock is lost or two renewals failed. Returns why it stopped."""
+    """The renewer: renew the lease every quarter of it while ``parent`` (the ansible-playbook process) lives;
+    interrupt it (SIGINT) when the lock is lost or no renewal came through before the stop margin. A renewal
+    counts from when its attempt began (the lock host wrote it later). Returns why it stopped."""
     interval = renew_interval(lease_seconds)
     renewed = time.monotonic()
     wait = interval
@@ -136,12 +137,13 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
         time.sleep(wait)
         if os.getppid() != parent:  # the run ended (its orphan never signals a reused PID)
             return "ended"
+        began = time.monotonic()
         try:
             done = subprocess.run(
                 argv,
                 capture_output=True,
                 text=True,
-                timeout=renewal_timeout(lease_seconds, time.monotonic() - renewed),
+                timeout=renewal_timeout(lease_seconds, began - renewed),
                 env=ansible_env(),
                 check=False,
             )
@@ -150,7 +152,7 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
             action = f"failed: {err}"
         verdict = renewal_verdict(action, time.monotonic() - renewed, lease_seconds)
         if verdict == "renewed":
-            renewed, wait = time.monotonic(), interval
+            renewed, wait = began, max(0.0, interval - (time.monotonic() - began))
             continue
         if verdict == "retry":
             wait = min(5.0, interval / 4)

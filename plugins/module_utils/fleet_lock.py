@@ -6,8 +6,8 @@ PID, so that a reused PID is not taken for the holder), the command (program, pl
 extra vars can carry keys and are never recorded), when it started and a token derived from all of that.
 
 The lock is a lease: the lock host writes ``lease_seconds``, ``renewed`` and ``expires`` (its own clock, epoch
-seconds) when a run takes it, and the run renews it every third of the lease (callback glm5_fleet_lock), so a
-run that died anywhere (an AWX job killed in its container, a lost controller) stops renewing and its lock
+seconds) when a run takes it, and the run renews it every quarter of the lease (callback glm5_fleet_lock), so
+a run that died anywhere (an AWX job killed in its container, a lost controller) stops renewing and its lock
 expires. A run that finds another controller's lease alive waits for one of two things: a renewal (the
 holder lives: refused) or the expiry (the holder is gone: taken over). A run that cannot renew stops itself
 before its lease expires, so two runs never both proceed. A record without a lease (written before leases) is
@@ -194,28 +194,35 @@ def holder_gone(holder: dict[str, object], me: dict[str, object], read_stat: Cal
 
 
 def renew_interval(lease_seconds: int) -> float:
-    """How often a live run renews its lease: every third of it (at least every second)."""
-    return max(1.0, lease_seconds / 3)
+    """How often a live run renews its lease: every quarter of it (at least every second)."""
+    return max(1.0, lease_seconds / 4)
+
+
+def stop_margin(lease_seconds: int) -> float:
+    """How long before its lease ends a run that could not renew stops itself (as Ctrl-C): a sixth of the
+    lease, at least a second, so that it has stopped when the next run may take the lock over."""
+    return max(1.0, lease_seconds / 6)
 
 
 def renewal_timeout(lease_seconds: int, since_renewed: float) -> float:
     """How long one renewal attempt may take, ``since_renewed`` seconds after the last renewal: until the run
     would have to stop (renewal_verdict's 'expiring'), at least a second. A slow control node or lock host
-    (a loaded machine, a cold ssh connection) gets the time the lease leaves, not one fixed interval."""
-    return max(1.0, lease_seconds - renew_interval(lease_seconds) - since_renewed)
+    (a loaded machine, a cold ssh connection) gets the time the lease leaves, not one fixed interval: from
+    the first renewal, more than half of the lease (renew_interval to the stop margin)."""
+    return max(1.0, lease_seconds - stop_margin(lease_seconds) - since_renewed)
 
 
 def renewal_verdict(outcome: str, since_renewed: float, lease_seconds: int) -> str:
     """What the run does after a renewal attempt whose module action was ``outcome`` (renew, lost, or anything
     else for a failed attempt), ``since_renewed`` seconds after its last renewal: 'renewed' (sleep one
-    interval), 'retry' (try again soon), 'lost' (another run holds the lock now: stop) or 'expiring' (two
-    renewals missed: stop before the lease ends, so that the run that takes it over never runs beside this
-    one)."""
+    interval), 'retry' (try again soon), 'lost' (another run holds the lock now: stop) or 'expiring' (no
+    renewal until the stop margin: stop before the lease ends, so that the run that takes it over never runs
+    beside this one)."""
     if outcome == "renew":
         return "renewed"
     if outcome == "lost":
         return "lost"
-    return "expiring" if since_renewed >= lease_seconds - renew_interval(lease_seconds) else "retry"
+    return "expiring" if since_renewed >= lease_seconds - stop_margin(lease_seconds) else "retry"
 
 
 def decide(

@@ -374,6 +374,18 @@ def playbook(
     return proc.returncode, out
 
 
+def refused_while_held(refused: list[tuple[int, str]]) -> None:
+    """The second rollout, run while the first was held (SIGSTOP) with the fleet lock: refused, naming the
+    first, after it saw the first's lease renewed (the held run's renewer, in a session of its own, lives on;
+    the lab's lease is 60 s, renewed every 15 s), and it drained nothing."""
+    ((rc, out),) = refused
+    no_key_in(out)
+    assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
+    assert "renewed its lease while this one watched it: it is alive" in out, out[-3000:]
+    assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
+    assert "Take the replica out of the router" not in out, "the refused run drained a replica"
+
+
 def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fleet(run_playbook) -> None:
     """The same command (gpu-node-1 back to the inventory's settings) stopped at four points, by Ctrl-C and by
     killing the control process outright, then run once more to the end: each run resumes the switch the one
@@ -401,6 +413,8 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
         rc, out = playbook(argv, banner, sig, meanwhile)
         assert rc != 0, where
         if meanwhile:
+            refused_while_held(refused)
+        if meanwhile:
             # Held at its banner while the other rollout was refused: killed while the server started, before
             # the inference check (unheld, it went on through the check to the router meanwhile).
             assert INTERRUPTIONS[2][1] not in out, (where, out[-3000:])
@@ -414,14 +428,7 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
         killed_before = RELEASED not in out
         no_key_in(out)
         assert lab(ROLLED, f"test -s {SWITCH_RECORD}", check=False).returncode == 0, where
-    ((rc, out),) = refused
-    no_key_in(out)
-    assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
-    # The held run (stopped with its process group) lives: its renewer, in a session of its own, renewed the
-    # lease while this run watched it (the lab's lease is 60 s, renewed every 20 s).
-    assert "renewed its lease while this one watched it: it is alive" in out, out[-3000:]
-    assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
-    assert "Take the replica out of the router" not in out, "the refused run drained a replica"
+    assert refused, "no second rollout ran while the first was held"
     run = run_playbook("playbooks/rolling_update.yml", cmdline=f"--limit {ROLLED}", verbosity=3)
     assert run.status == "successful", failure(run, ROLLED) or run.stats
     no_key_in(run.stdout, json.dumps(run.events))

@@ -32,6 +32,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_lock import (
     renewal_timeout,
     renewal_verdict,
     stat_start,
+    stop_margin,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -308,10 +309,11 @@ def test_renew_extends_only_the_holders_own_lease() -> None:
 
 @given(lease=st.integers(min_value=3, max_value=3600), since=st.floats(min_value=0, max_value=10_000))
 def test_a_run_stops_itself_before_its_lease_can_expire(lease: int, since: float) -> None:
-    """Two missed renewals stop the run a whole interval before the lease ends, whatever the lease."""
+    """A run that could not renew stops itself a margin before the lease ends, whatever the lease; its first
+    attempt comes before that margin."""
     verdict = renewal_verdict("failed", since, lease)
-    assert verdict == ("expiring" if since >= lease - renew_interval(lease) else "retry")
-    assert lease - renew_interval(lease) < lease
+    assert verdict == ("expiring" if since >= lease - stop_margin(lease) else "retry")
+    assert 0 < renew_interval(lease) < lease - stop_margin(lease)
     assert renewal_verdict("renew", since, lease) == "renewed"
     assert renewal_verdict("lost", since, lease) == "lost"
 
@@ -322,7 +324,7 @@ def test_a_renewal_attempt_may_take_what_the_lease_leaves_and_no_more(lease: int
     end later is: the time spent plus the attempt's ends when the run must stop, or a second after."""
     timeout = renewal_timeout(lease, since)
     assert timeout >= 1.0
-    assert since + timeout == pytest.approx(max(since + 1.0, lease - renew_interval(lease)))
+    assert since + timeout == pytest.approx(max(since + 1.0, lease - stop_margin(lease)))
 
 
 def test_the_awx_job_id_is_recorded_and_named() -> None:
