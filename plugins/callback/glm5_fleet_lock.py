@@ -126,6 +126,16 @@ def module_action(output: str) -> str:
         return "failed"
 
 
+def renewer_messages(said: str, returncode: int | None) -> list[str]:
+    """What the run shows of its renewer's standard error once the renewer ended: its own lines (why it
+    stopped the run), or, when it ended some other way than by the callback's SIGTERM, its last lines."""
+    own = [line for line in said.splitlines() if line.startswith("[glm5_fleet_lock]")]
+    if own or returncode in (None, 0, -signal.SIGTERM):
+        return own
+    tail = " | ".join(said.strip().splitlines()[-8:]) or "no output"
+    return [f"[glm5_fleet_lock] ERROR: the fleet lock's renewer ended with exit code {returncode}: {tail}"]
+
+
 def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
     """The renewer: renew the lease every quarter of it while ``parent`` (the ansible-playbook process) lives;
     interrupt it (SIGINT) when the lock is lost or no renewal came through before the stop margin. A renewal
@@ -221,10 +231,15 @@ class CallbackModule(CallbackBase):
             # collection, as Ansible's collection loader found it (this callback may be loaded by file path).
             "collections": str(Path(sys.modules[renew_interval.__module__].__file__).parents[5]),
         }
+        # Its standard error is a pipe of this callback's, shown when the renewer ends (_stop_renewer), never
+        # the run's own: a renewer given the run's stderr when that is a pipe (ansible-runner, AWX, `| tee`)
+        # died at its start, before any renewal, and said nothing (seen in the lab).
         self._renewer = subprocess.Popen(
             [sys.executable, __file__, json.dumps(job)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             start_new_session=True,
             # ssh masters of its own: the run's ControlPersist masters belong to the run's process group, and
             # a run stopped with it would leave each renewal waiting on a stopped master.
@@ -232,10 +247,19 @@ class CallbackModule(CallbackBase):
         )
 
     def _stop_renewer(self) -> None:
-        if self._renewer is not None:
-            self._renewer.terminate()
-            self._renewer.wait(timeout=10)
-            self._renewer = None
+        """End the renewer if it runs, and show what it said: why it stopped the run, or how it died."""
+        if self._renewer is None:
+            return
+        renewer, self._renewer = self._renewer, None
+        if renewer.poll() is None:
+            renewer.terminate()
+        try:
+            _out, said = renewer.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            renewer.kill()
+            _out, said = renewer.communicate()
+        for line in renewer_messages(said or "", renewer.returncode):
+            self._display.display(line, stderr=True)
 
     def _release(self) -> None:
         self._stop_renewer()

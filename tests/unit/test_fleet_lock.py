@@ -477,3 +477,19 @@ def test_the_ansible_calls_print_ad_hocs_own_output(monkeypatch: pytest.MonkeyPa
     assert callback.ansible_env()["ANSIBLE_LOAD_CALLBACK_PLUGINS"] == "0"
     assert callback.ansible_env()["ANSIBLE_CALLBACK_RESULT_FORMAT"] == "json"
     assert "-o" not in callback.renew_argv("ansible", {"lock_host": "gw", "path": "/l", "token": "t"}, {})
+
+
+def test_the_run_shows_why_its_renewer_stopped_it_or_how_it_died() -> None:
+    """The renewer's standard error is the callback's pipe, never the run's (a renewer given the run's stderr
+    when that was a pipe died at its start, silently): the run shows its own lines, or how it died."""
+    callback = load_callback()
+    said = (
+        "[WARNING]: something of Ansible's\n[glm5_fleet_lock] ERROR: the fleet lock on gw: lost. Stopping\n"
+    )
+    assert callback.renewer_messages(said, -2) == [
+        "[glm5_fleet_lock] ERROR: the fleet lock on gw: lost. Stopping"
+    ]
+    assert callback.renewer_messages("", -15) == []  # stopped by the callback
+    assert callback.renewer_messages("noise\n", 0) == []
+    (died,) = callback.renewer_messages("Traceback (most recent call last):\nImportError: x\n", 1)
+    assert "exit code 1" in died and "ImportError: x" in died
