@@ -103,12 +103,15 @@ def renew_argv(ansible: str, lock: dict, args: dict) -> list[str]:
 
 def ansible_env(**extra: str) -> dict[str, str]:
     """The environment of the `ansible` calls: the run's, with ad-hoc's own stdout callback (minimal: ``host |
-    SUCCESS => {...}``) in JSON, whatever the run's configuration and environment set for playbooks (a YAML
-    result format; ansible-runner and AWX set a stdout callback of their own)."""
+    SUCCESS => {...}``) in JSON without colour, whatever the run's configuration and environment set for
+    playbooks (a YAML result format; ansible-runner and AWX set a stdout callback of their own, and AWX and
+    molecule force colour, whose escapes the JSON would carry)."""
     return {
         **os.environ,
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "0",
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
         **extra,
     }
 
@@ -142,7 +145,7 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
     counts from when its attempt began (the lock host wrote it later). Returns why it stopped."""
     interval = renew_interval(lease_seconds)
     renewed = time.monotonic()
-    wait = interval
+    wait, first = interval, ""
     while True:
         time.sleep(wait)
         if os.getppid() != parent:  # the run ended (its orphan never signals a reused PID)
@@ -158,19 +161,22 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
                 check=False,
             )
             action = module_action(done.stdout)
+            said = " ".join((done.stdout.strip() or done.stderr.strip()).split())[-300:]
         except (OSError, subprocess.SubprocessError) as err:
-            action = f"failed: {err}"
+            action = said = f"failed: {str(err)[-300:]}"
         verdict = renewal_verdict(action, time.monotonic() - renewed, lease_seconds)
         if verdict == "renewed":
-            renewed, wait = began, max(0.0, interval - (time.monotonic() - began))
+            renewed, wait, first = began, max(0.0, interval - (time.monotonic() - began)), ""
             continue
+        first = first or said
         if verdict == "retry":
             wait = min(5.0, interval / 4)
             continue
         why = (
             "another run holds it now (this run's lease had expired)"
             if verdict == "lost"
-            else f"its lease could not be renewed for {int(time.monotonic() - renewed)} s"
+            else f"its lease could not be renewed for {int(time.monotonic() - renewed)} s (the first failed "
+            f"attempt: {first})"
         )
         if os.getppid() == parent:
             print(

@@ -474,8 +474,13 @@ def test_the_ansible_calls_print_ad_hocs_own_output(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("ANSIBLE_LOAD_CALLBACK_PLUGINS", "1")
     monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", "awx_display")
     monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "yaml")
+    monkeypatch.setenv("ANSIBLE_FORCE_COLOR", "1")
     assert callback.ansible_env()["ANSIBLE_LOAD_CALLBACK_PLUGINS"] == "0"
     assert callback.ansible_env()["ANSIBLE_CALLBACK_RESULT_FORMAT"] == "json"
+    assert (
+        callback.ansible_env()["ANSIBLE_FORCE_COLOR"] == "0"
+        and callback.ansible_env()["ANSIBLE_NOCOLOR"] == "1"
+    )
     assert "-o" not in callback.renew_argv("ansible", {"lock_host": "gw", "path": "/l", "token": "t"}, {})
 
 
