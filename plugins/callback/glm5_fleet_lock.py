@@ -129,6 +129,14 @@ def module_action(output: str) -> str:
         return "failed"
 
 
+def attempt_failure(err: OSError | subprocess.SubprocessError) -> str:
+    """Why a renewal attempt raised, in words the run may print: never the command line, whose extra vars
+    (``-e key=value``) can carry keys."""
+    if isinstance(err, subprocess.TimeoutExpired):
+        return f"failed: no answer within {err.timeout:.0f} s"
+    return f"failed: {type(err).__name__}: {getattr(err, 'strerror', None) or 'no detail'}"
+
+
 def renewer_messages(said: str, returncode: int | None) -> list[str]:
     """What the run shows of its renewer's standard error once the renewer ended: its own lines (why it
     stopped the run), or, when it ended some other way than by the callback's SIGTERM, its last lines."""
@@ -163,7 +171,7 @@ def renew_while_alive(argv: list[str], lease_seconds: int, parent: int) -> str:
             action = module_action(done.stdout)
             said = " ".join((done.stdout.strip() or done.stderr.strip()).split())[-300:]
         except (OSError, subprocess.SubprocessError) as err:
-            action = said = f"failed: {str(err)[-300:]}"
+            action = said = attempt_failure(err)
         verdict = renewal_verdict(action, time.monotonic() - renewed, lease_seconds)
         if verdict == "renewed":
             renewed, wait, first = began, max(0.0, interval - (time.monotonic() - began)), ""

@@ -414,7 +414,6 @@ def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fle
         assert rc != 0, where
         if meanwhile:
             refused_while_held(refused)
-        if meanwhile:
             # Held at its banner while the other rollout was refused: killed while the server started, before
             # the inference check (unheld, it went on through the check to the router meanwhile).
             assert INTERRUPTIONS[2][1] not in out, (where, out[-3000:])

@@ -498,3 +498,14 @@ def test_the_run_shows_why_its_renewer_stopped_it_or_how_it_died() -> None:
     assert callback.renewer_messages("noise\n", 0) == []
     (died,) = callback.renewer_messages("Traceback (most recent call last):\nImportError: x\n", 1)
     assert "exit code 1" in died and "ImportError: x" in died
+
+
+def test_a_failed_renewal_is_described_without_its_command_line() -> None:
+    """The run prints why its renewals failed; the command carries the run's extra vars, which can be keys."""
+    callback = load_callback()
+    argv = ["ansible", "gw", "-e", "sglang_router_api_key=glm5-not-a-secret"]
+    timed_out = callback.attempt_failure(subprocess.TimeoutExpired(argv, 35.0))
+    assert timed_out == "failed: no answer within 35 s"
+    missing = callback.attempt_failure(FileNotFoundError(2, "No such file or directory", argv[0]))
+    assert missing == "failed: FileNotFoundError: No such file or directory"
+    assert "glm5-not-a-secret" not in timed_out + missing

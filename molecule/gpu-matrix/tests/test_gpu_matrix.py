@@ -78,8 +78,8 @@ def test_service_user_and_hardening(host) -> None:
 
 
 def test_gpu_facts_are_recorded_as_nvidia_smi_lists_them(host) -> None:
-    """Preflight's GPU facts on each arch (once the scenario preflight's): root-written, world-readable, and
-    what the host's nvidia-smi lists, GPU by GPU."""
+    """Preflight's GPU facts on each arch (the preflight scenario checked sm120 alone): root-written,
+    world-readable, and what the host's nvidia-smi lists, GPU by GPU."""
     fact = host.file("/etc/ansible/facts.d/glm5_gpu.fact")
     assert fact.exists and fact.mode == 0o644
     facts = json.loads(fact.content_string)
