@@ -8,6 +8,7 @@
         -> {hosts: [replica by replica], serial: [batch sizes], batches}
     {{ topology | sglang_router_workers(hostvars) }}
         -> the URL of every replica's rank 0
+    {{ hostvars | sglang_replica_url(leader) }} -> one replica's URL (its rank 0's variables only)
     {{ workers_answer | sglang_router_registration(wanted_urls, prune) }}
         -> {add: [url], remove: [{id, url}], changed}
     {{ workers_answer | sglang_router_worker(url) }} -> the worker's entry or None
@@ -44,9 +45,9 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     registration_plan,
     replica_peers,
     replica_topology,
+    replica_url,
     rolling_batches,
     router_endpoint,
-    worker_url,
 )
 
 DEFAULT_PORT = 30000
@@ -89,12 +90,13 @@ def sglang_rolling_batches(
 
 def sglang_router_workers(topology: Mapping[str, Any], hostvars: Any) -> list[str]:
     """The URL of every replica's rank 0, the only node of a replica that serves HTTP."""
-    urls = []
-    for replica in topology["replicas"]:
-        leader = replica["leader"]
-        port = hostvars[leader].get("sglang_server_port") or DEFAULT_PORT
-        urls.append(worker_url(_address(hostvars, leader), port, node_scheme(hostvars[leader])))
-    return urls
+    return [replica_url(hostvars[r["leader"]], r["leader"]) for r in topology["replicas"]]
+
+
+def sglang_replica_url(hostvars: Any, leader: str) -> str:
+    """The URL of one replica (its rank 0 ``leader``) in the router, from that host's variables alone: the
+    cost does not grow with the fleet."""
+    return replica_url(hostvars[str(leader)], str(leader))
 
 
 def sglang_server_bind_host(hostvars: Any, host: str) -> str:
@@ -157,6 +159,7 @@ class FilterModule:
             "sglang_node_settings": sglang_node_settings,
             "sglang_rolling_batches": sglang_rolling_batches,
             "sglang_router_workers": sglang_router_workers,
+            "sglang_replica_url": sglang_replica_url,
             "sglang_router_registration": sglang_router_registration,
             "sglang_router_worker": sglang_router_worker,
             "sglang_router_healthy": sglang_router_healthy,

@@ -182,6 +182,14 @@ def worker_url(address: str, port: int | str, scheme: str = "http") -> str:
     return f"{scheme}://{host_part}:{int(port)}"
 
 
+def replica_url(host_vars: Mapping[str, Any], leader: str) -> str:
+    """The URL the router sends a replica's requests to, from its rank 0's variables alone: the address
+    (sglang_server_advertise_host, else ansible_host, else the host's name), sglang_server_port (30000) and
+    the scheme (https with a server certificate)."""
+    address = str(host_vars.get("sglang_server_advertise_host") or host_vars.get("ansible_host") or leader)
+    return worker_url(address, host_vars.get("sglang_server_port") or 30000, node_scheme(host_vars))
+
+
 def _norm(url: str) -> str:
     return url.rstrip("/")
 

@@ -1,0 +1,89 @@
+"""Filters for the batches of a rolling update or rollback (module_utils/rollout_plan.py), on the controller.
+
+{{ hosts | glm5_rollout_plan(hostvars, groups) }}       -> the batches, after every host staged the update
+{{ plan | glm5_rollout_batch(ansible_play_batch) }}     -> the batch the roll play runs now
+{{ workers_answer | glm5_rollout_floor(urls, floor) }}  -> may this batch leave the router?
+{{ restored | glm5_rollout_budget(budget) }}             -> may the rollout go on after these failures?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+    TopologyError,
+    healthy_workers,
+    replica_topology,
+    replica_url,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.rollout_plan import (
+    PlanError,
+    batch_index,
+    budget_check,
+    floor_check,
+    plan,
+    rolled_replicas,
+)
+
+# Each host's plan input (roles/sglang_rollout/tasks/plan_input.yml): {pending, resume, settings}.
+PLAN_INPUT = "sglang_rollout_plan_input"
+
+
+def _guard(func: Any, *args: Any) -> Any:
+    try:
+        return func(*args)
+    except (PlanError, TopologyError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def glm5_rollout_plan(hosts: Sequence[str], hostvars: Any, groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The batches for ``hosts`` (the hosts still in the run, in replica order), from each host's plan input."""
+    plain = {str(k): [str(h) for h in v] for k, v in groups.items()}
+    topology = _guard(replica_topology, plain.get("sglang_nodes", []), plain)
+    names = [str(h) for h in hosts]
+    info = {h: dict(hostvars[h].get(PLAN_INPUT) or {}) for h in names}
+    chosen = _guard(rolled_replicas, topology, names, info)
+    result = _guard(plan, chosen["replicas"], chosen["values"], chosen["fleet"])
+    result["left_out"] = chosen["left_out"]
+    result["lines"] += [
+        f"left out: replica {o['replica']} ({', '.join(o['hosts'])}: {o['why']})" for o in chosen["left_out"]
+    ]
+    leaders = {r["name"]: r["leader"] for r in chosen["replicas"]}
+    for batch in result["batches"]:
+        batch["urls"] = [replica_url(hostvars[leaders[n]], leaders[n]) for n in batch["replicas"]]
+    return result
+
+
+def glm5_rollout_batch(rollout: Mapping[str, Any], batch_hosts: Sequence[str]) -> dict[str, Any]:
+    """The plan's batch whose hosts the play runs now, with ``first`` and ``last`` among the rolled ones."""
+    index = _guard(batch_index, rollout["batch_of"], [str(h) for h in batch_hosts])
+    rolled = [b["index"] for b in rollout["batches"] if b["kind"] != "unchanged"]
+    batch = dict(rollout["batches"][index])
+    batch["first"] = bool(rolled) and index == rolled[0]
+    batch["number"] = index + 1
+    batch["of"] = len(rolled)
+    return batch
+
+
+def glm5_rollout_floor(listing: Mapping[str, Any], leaving: Sequence[str], floor: int, batch: str = "") -> dict:
+    """``{ok, healthy, leaving, left, msg}``: whether the batch may leave, by the router's ``GET /workers``."""
+    return floor_check(healthy_workers(listing), [str(u) for u in leaving], int(floor), str(batch))
+
+
+def glm5_rollout_budget(restored: Sequence[str], budget: int) -> dict[str, Any]:
+    """``{ok, failed, msg}``: whether the replicas restored so far are within the failure budget."""
+    return budget_check([str(r) for r in restored], int(budget))
+
+
+class FilterModule:
+    """glm5-deploy rollout filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "glm5_rollout_plan": glm5_rollout_plan,
+            "glm5_rollout_batch": glm5_rollout_batch,
+            "glm5_rollout_floor": glm5_rollout_floor,
+            "glm5_rollout_budget": glm5_rollout_budget,
+        }
