@@ -4,6 +4,7 @@
 {{ plan | glm5_rollout_batch(ansible_play_batch) }}     -> the batch the roll play runs now
 {{ workers_answer | glm5_rollout_floor(urls, floor) }}  -> may this batch leave the router?
 {{ restored | glm5_rollout_budget(budget) }}             -> may the rollout go on after these failures?
+{{ hosts | glm5_left_out(hostvars, budget, stopped) }}   -> leave the failed nodes out, or stop everything?
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.rollout_plan import (
     batch_index,
     budget_check,
     floor_check,
+    left_out_check,
     plan,
     rolled_replicas,
 )
@@ -77,6 +79,13 @@ def glm5_rollout_budget(restored: Sequence[str], budget: int) -> dict[str, Any]:
     return budget_check([str(r) for r in restored], int(budget))
 
 
+def glm5_left_out(hosts: Sequence[str], hostvars: Any, budget: Any, stopped: str) -> dict[str, Any]:
+    """``{ok, allowed, left_out, msg}``: whether the ``hosts`` (the play's) whose glm5_left_out says why they
+    failed their checks are within the budget."""
+    reasons = {str(h): str(hostvars[h]["glm5_left_out"]) for h in hosts if hostvars[h].get("glm5_left_out")}
+    return _guard(left_out_check, reasons, len(hosts), budget, str(stopped))
+
+
 class FilterModule:
     """glm5-deploy rollout filters."""
 
@@ -86,4 +95,5 @@ class FilterModule:
             "glm5_rollout_batch": glm5_rollout_batch,
             "glm5_rollout_floor": glm5_rollout_floor,
             "glm5_rollout_budget": glm5_rollout_budget,
+            "glm5_left_out": glm5_left_out,
         }

@@ -48,6 +48,12 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
         router = (
             f"out of the router: {_short(start.get('symptom') or 'it did not start', ROUTER_SYMPTOM_CHARS)}"
         )
+    left_out = hostvars.get("glm5_left_out")
+    if left_out:
+        # Failed its own checks (preflight, a rollout's staging) or unreachable: left out of the run, within
+        # preflight_node_failure_budget, while the others went on.
+        validated = "LEFT OUT"
+        router = f"left out of the run: {_short(left_out, ROUTER_SYMPTOM_CHARS)}"
     return {
         "host": host,
         "gpus": gpus,

@@ -222,3 +222,26 @@ def rolled_replicas(
         "values": {k: v for k, (v, _) in seen.items()},
         "fleet": len(topology["replicas"]),
     }
+
+
+def left_out_check(reasons: Mapping[str, str], nodes: int, budget: Any, stopped: str) -> dict[str, Any]:
+    """Nodes that failed their own checks (``reasons``: host -> why) out of the play's ``nodes``: within the
+    budget (preflight_node_failure_budget: a count, or a percentage of the nodes rounded down) they are left
+    out and the others go on; past it everything stops (``stopped`` begins that message)."""
+    allowed = amount(budget, nodes, "preflight_node_failure_budget", round_up=False)
+    named = "; ".join(f"{host}: {why}" for host, why in reasons.items())
+    ok = len(reasons) <= allowed
+    if ok:
+        msg = (
+            f"{len(reasons)} of {nodes} node(s) left out of this run ({named}); within the budget of {allowed} "
+            "(preflight_node_failure_budget), the others go on"
+            if reasons
+            else f"no node left out of {nodes}"
+        )
+    else:
+        msg = (
+            f"{stopped}: {len(reasons)} of {nodes} node(s) failed, more than the budget of {allowed} "
+            f"(preflight_node_failure_budget) allows: {named}. Nothing was changed on any node's service in this "
+            "run: every replica still serves what it served when the run began"
+        )
+    return {"ok": ok, "allowed": allowed, "left_out": sorted(reasons), "msg": msg}

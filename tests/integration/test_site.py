@@ -6,13 +6,31 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
-from conftest import LAB_NODES, Run, lab, leaks, node_url, run_playbook_in
+from conftest import LAB_NODES, ROOT, Run, lab, leaks, node_url, run_playbook_in
 
 FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
+
+
+# The node the tarball's check run leaves out: it asks for more GPUs than it has (its own host_vars), and the run
+# allows one node to fail its own checks (preflight_node_failure_budget 1), so the others go on.
+LEFT_OUT = "gpu-node-1"
+LEFT_OUT_VARS = {"preflight_node_failure_budget": 1}
+
+
+def left_out_inventory(tmp_path: Path) -> Path:
+    """The lab's inventory with LEFT_OUT asking for 16 GPUs per node (preflight_tp_size) in its host_vars."""
+    inventory = tmp_path / "lab"
+    shutil.copytree(ROOT / "inventory" / "lab", inventory, symlinks=True)
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    with (inventory / "host_vars" / f"{LEFT_OUT}.yml").open("a") as vars_file:
+        vars_file.write("\npreflight_tp_size: 16\n")
+    return inventory
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +40,9 @@ def converged(run_playbook, git_project, user_project, tmp_path_factory) -> tupl
     this reads (GPU facts, the inference check, the summary) runs in check mode too. Those runs are a user's:
     the collection's glm5.deploy.site by its FQCN, as installed from a git URL (git_project, the run the tests
     read) and as installed from the tarball (user_project), side by side (check mode takes no lock and
-    changes nothing). A fleet that is not converged is converged first."""
+    changes nothing). The tarball's run has LEFT_OUT fail preflight within the budget: the other node goes
+    through the whole site. A fleet that is not converged is converged first."""
+    inventory = left_out_inventory(tmp_path_factory.mktemp("left-out-inventory"))
 
     def both() -> tuple[Run, Run]:
         with ThreadPoolExecutor(2) as pool:
@@ -33,13 +53,21 @@ def converged(run_playbook, git_project, user_project, tmp_path_factory) -> tupl
                     "glm5.deploy.site",
                     cmdline="--check",
                     config=cfg,
+                    **more,
                 )
-                for name, cfg in (("check-from-git", git_project), ("check-from-tarball", user_project))
+                for name, cfg, more in (
+                    ("check-from-git", git_project, {}),
+                    ("check-from-tarball", user_project, {"inventory": inventory, "extravars": LEFT_OUT_VARS}),
+                )
             ]
             return runs[0].result(), runs[1].result()
 
     checked = both()
-    if all(run.status == "successful" and sum(run.stats.get("changed", {}).values()) == 0 for run in checked):
+    if (
+        checked[0].status == "successful"
+        and all(sum(run.stats.get("changed", {}).values()) == 0 for run in checked)
+        and set(checked[1].stats.get("failures", {})) == {LEFT_OUT}
+    ):
         return checked
     run_playbook("site.yml")
     return both()
@@ -73,10 +101,32 @@ def test_every_node_serves_the_tiny_model_and_answers_correctly(converged) -> No
 
 
 def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
-    """From the collection installed from git and from the one installed from the tarball."""
+    """From the collection installed from git and from the one installed from the tarball (where LEFT_OUT is
+    left out, failed)."""
+    assert converged[0].status == "successful"
     for checked in converged:
-        assert checked.status == "successful"
         assert sum(checked.stats.get("changed", {}).values()) == 0
+
+
+def test_a_node_failing_preflight_is_left_out_and_the_other_goes_through_the_site(converged) -> None:
+    """The tarball's run: LEFT_OUT asks for 16 GPUs and has 8. Within the budget of one node, it is named and left
+    out, and the other node runs the whole site to its proof and the router; the run ends failed, and the
+    summary names the node left out and why."""
+    _, checked = converged
+    assert checked.status == "failed", checked.stats
+    assert set(checked.stats.get("failures", {})) == {LEFT_OUT}, checked.stats
+    (left,) = checked.results("Leave this node out of the rest of the run", "runner_on_failed").values()
+    assert left["msg"].startswith(f"{LEFT_OUT} is left out of the rest of this run: preflight: "), left["msg"]
+    assert "8 GPU(s)" in left["msg"] and "preflight_tp_size" in left["msg"], left["msg"]
+    budget = checked.results("Stop everything when more nodes failed their checks than the budget allows")
+    assert "1 of 2 node(s) left out of this run" in next(iter(budget.values()))["msg"]
+    (other,) = set(LAB_NODES) - {LEFT_OUT}
+    verdicts = checked.results(PROBE_TASK)
+    assert set(verdicts) == {other} and verdicts[other]["passed"] is True
+    lines = next(iter(checked.results("Summarize the fleet").values()))["msg"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert "LEFT OUT" in rows[LEFT_OUT] and "left out of the run: preflight: " in rows[LEFT_OUT], rows
+    assert rows[other].split()[-2:] == ["passed", "in"], rows
 
 
 def test_the_projects_callbacks_load_under_ansible_runner(converged) -> None:
@@ -126,7 +176,7 @@ RENDER_TASK = "Render the launch flags for the lane's sglang version"
 def test_the_units_flags_are_the_one_rendering_of_the_launch(converged) -> None:
     """Role sglang renders the launch flags once per inclusion (preflight: the profile's alone, to refuse what
     the lane lacks; serve: with the node's own). The unit's ExecStart holds exactly the serve rendering."""
-    _, checked = converged
+    checked, _ = converged
     renders: dict[str, list[list[str]]] = {}
     for e in checked.events:
         if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == RENDER_TASK:

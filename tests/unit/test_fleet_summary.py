@@ -214,3 +214,9 @@ def test_the_summary_names_an_edge_that_speaks_plain_http() -> None:
     ]
     assert edge_lines(["gw-tls"], routers) == []
     assert edge_lines([], routers) == []
+
+
+def test_a_node_left_out_of_the_run_says_why() -> None:
+    row = host_row("n7", {**SM120, "glm5_left_out": "preflight: n7 has 4 GPU(s); preflight_tp_size is 8"})
+    assert row["validated"] == "LEFT OUT"
+    assert row["router"] == "left out of the run: preflight: n7 has 4 GPU(s); preflight_tp_size is 8"
