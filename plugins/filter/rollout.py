@@ -40,8 +40,10 @@ def _guard(func: Any, *args: Any) -> Any:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def glm5_rollout_plan(hosts: Sequence[str], hostvars: Any, groups: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    """The batches for ``hosts`` (the hosts still in the run, in replica order), from each host's plan input."""
+def glm5_rollout_plan(
+    hosts: Sequence[str], hostvars: Any, groups: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
+    """The batches for ``hosts`` (still in the run, in replica order), from each host's plan input."""
     plain = {str(k): [str(h) for h in v] for k, v in groups.items()}
     topology = _guard(replica_topology, plain.get("sglang_nodes", []), plain)
     names = [str(h) for h in hosts]
@@ -69,8 +71,10 @@ def glm5_rollout_batch(rollout: Mapping[str, Any], batch_hosts: Sequence[str]) -
     return batch
 
 
-def glm5_rollout_floor(listing: Mapping[str, Any], leaving: Sequence[str], floor: int, batch: str = "") -> dict:
-    """``{ok, healthy, leaving, left, msg}``: whether the batch may leave, by the router's ``GET /workers``."""
+def glm5_rollout_floor(
+    listing: Mapping[str, Any], leaving: Sequence[str], floor: int, batch: str = ""
+) -> dict:
+    """``{ok, healthy, leaving, left, msg}``: may the batch leave, by the router's ``GET /workers``?"""
     return floor_check(healthy_workers(listing), [str(u) for u in leaving], int(floor), str(batch))
 
 

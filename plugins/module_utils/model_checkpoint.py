@@ -24,7 +24,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -296,6 +297,33 @@ def hash_file(
             if sha1 is not None:
                 sha1.update(view[:count])
     return sha256.hexdigest(), sha1.hexdigest() if sha1 is not None else None
+
+
+def hash_workers(requested: int = 0) -> int:
+    """Threads to hash with: ``requested``, else the cores this process may run on."""
+    if requested > 0:
+        return requested
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def hash_files(
+    jobs: Sequence[tuple[str, str | os.PathLike[str], bool, int]], workers: int
+) -> Iterator[tuple[str, tuple[str, str | None]]]:
+    """``(key, hash_file(path, blob))`` for each job ``(key, path, blob, size)``, in the order they finish,
+    on ``workers`` threads at once: hashlib lets go of the GIL while it hashes a block, so each thread hashes
+    on a core of its own. The largest files start first, so that the last to finish is a small one."""
+    ordered = sorted(jobs, key=lambda job: -job[3])
+    if workers <= 1 or len(ordered) <= 1:
+        for key, path, blob, _ in ordered:
+            yield key, hash_file(path, blob=blob)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(ordered))) as pool:
+        futures = {pool.submit(hash_file, path, blob): key for key, path, blob, _ in ordered}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
 def try_lock(path: str | os.PathLike[str]) -> bool:

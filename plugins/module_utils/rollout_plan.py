@@ -66,7 +66,9 @@ def settings(values: Mapping[str, Any], total: int, fleet: int) -> dict[str, int
         "batch_size": size,
         "canary": amount(values.get("canary", 0), total, "sglang_rolling_canary", round_up=True),
         "floor": amount(values.get("min_healthy", 0), fleet, "sglang_rolling_min_healthy", round_up=False),
-        "budget": amount(values.get("failure_budget", 0), total, "sglang_rolling_failure_budget", round_up=False),
+        "budget": amount(
+            values.get("failure_budget", 0), total, "sglang_rolling_failure_budget", round_up=False
+        ),
         "pause": int(str(pause).strip()),
     }
 
@@ -99,9 +101,9 @@ def plan(
     widest = max((len(g) for _, g in groups), default=0)
     if widest and fleet - widest < sets["floor"]:
         raise PlanError(
-            f"a batch of {widest} replica(s) would leave {fleet - widest} of the fleet's {fleet} in the router, "
-            f"under the floor of {sets['floor']} (sglang_rolling_min_healthy); make the batches "
-            "(sglang_rolling_replicas_per_batch, sglang_rolling_canary) smaller or the floor lower"
+            f"a batch of {widest} replica(s) would leave {fleet - widest} of the fleet's {fleet} "
+            f"in the router, under the floor of {sets['floor']} (sglang_rolling_min_healthy); make the "
+            "batches (sglang_rolling_replicas_per_batch, sglang_rolling_canary) smaller or the floor lower"
         )
     if unchanged:
         groups.append(("unchanged", unchanged))
@@ -118,8 +120,11 @@ def plan(
     rolled = [b for b in batches if b["kind"] != "unchanged"]
     lines = [
         f"{len(pending)} of {total} replica(s) to switch"
-        + (f" ({sum(1 for r in pending if r.get('resume'))} resumed after an interruption)" if any(
-            r.get("resume") for r in pending) else "")
+        + (
+            f" ({sum(1 for r in pending if r.get('resume'))} resumed after an interruption)"
+            if any(r.get("resume") for r in pending)
+            else ""
+        )
         + f", in {len(rolled)} batch(es)"
         + (f": a canary of {sets['canary']}, then" if sets["canary"] and rolled else ":")
         + f" {step} replica(s) at a time; floor {sets['floor']} of {fleet} in the router; failure budget "
@@ -138,7 +143,9 @@ def plan(
     }
 
 
-def floor_check(healthy: Iterable[str], leaving: Iterable[str], floor: int, batch: str = "") -> dict[str, Any]:
+def floor_check(
+    healthy: Iterable[str], leaving: Iterable[str], floor: int, batch: str = ""
+) -> dict[str, Any]:
     """May a batch whose replicas have the router URLs ``leaving`` leave, with the router routing to
     ``healthy`` now? Only leaving replicas the router routes to count against the floor."""
     now = {u.rstrip("/") for u in healthy}
@@ -148,9 +155,14 @@ def floor_check(healthy: Iterable[str], leaving: Iterable[str], floor: int, batc
     msg = (
         f"{batch + ': ' if batch else ''}{len(now)} replica(s) healthy in the router; "
         f"the batch takes out {len(gone)} of them and leaves {left}"
-        + ("" if ok else f", under the floor of {floor} (sglang_rolling_min_healthy): the rollout stops here, "
-           "before this batch leaves the router; bring the missing replicas back (or lower the floor) and run "
-           "the same command again")
+        + (
+            ""
+            if ok
+            else f", under the floor of {floor} (sglang_rolling_min_healthy): the rollout stops here, "
+            "before this batch leaves the router; bring the missing replicas back (or lower the floor) and "
+            "run "
+            "the same command again"
+        )
     )
     return {"ok": ok, "healthy": len(now), "leaving": len(gone), "left": left, "msg": msg}
 
@@ -194,8 +206,11 @@ def rolled_replicas(
             continue
         if len(inside) != len(members):
             left_out.append(
-                {"replica": replica["name"], "hosts": [h for h in members if h not in live],
-                 "why": "a node of the replica is no longer in the run"}
+                {
+                    "replica": replica["name"],
+                    "hosts": [h for h in members if h not in live],
+                    "why": "a node of the replica is no longer in the run",
+                }
             )
             continue
         replicas.append(
@@ -213,7 +228,8 @@ def rolled_replicas(
             first = seen.setdefault(key, (value, host))
             if str(first[0]) != str(value):
                 raise PlanError(
-                    f"the rollout's {key} differs between hosts ({first[1]}: {first[0]!r}, {host}: {value!r}); "
+                    f"the rollout's {key} differs between hosts ({first[1]}: {first[0]!r}, "
+                    f"{host}: {value!r}); "
                     "it is the fleet's setting: give it once (group_vars/sglang_nodes or -e)"
                 )
     return {
@@ -233,7 +249,8 @@ def left_out_check(reasons: Mapping[str, str], nodes: int, budget: Any, stopped:
     ok = len(reasons) <= allowed
     if ok:
         msg = (
-            f"{len(reasons)} of {nodes} node(s) left out of this run ({named}); within the budget of {allowed} "
+            f"{len(reasons)} of {nodes} node(s) left out of this run ({named}); "
+            f"within the budget of {allowed} "
             "(preflight_node_failure_budget), the others go on"
             if reasons
             else f"no node left out of {nodes}"
@@ -241,7 +258,8 @@ def left_out_check(reasons: Mapping[str, str], nodes: int, budget: Any, stopped:
     else:
         msg = (
             f"{stopped}: {len(reasons)} of {nodes} node(s) failed, more than the budget of {allowed} "
-            f"(preflight_node_failure_budget) allows: {named}. Nothing was changed on any node's service in this "
+            f"(preflight_node_failure_budget) allows: {named}. Nothing was changed on any node's service in "
+            "this "
             "run: every replica still serves what it served when the run began"
         )
     return {"ok": ok, "allowed": allowed, "left_out": sorted(reasons), "msg": msg}

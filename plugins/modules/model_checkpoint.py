@@ -80,6 +80,12 @@ options:
     description: Ignore the manifest and hash every file again.
     type: bool
     default: false
+  verify_workers:
+    description:
+      - Files hashed at once, each on a thread of its own (hashlib hashes outside Python's lock, so each
+        uses a core). 0, the cores the module may run on.
+    type: int
+    default: 0
 attributes:
   check_mode:
     description: Reads metadata and hashes present files; deletes and downloads nothing.
@@ -212,6 +218,7 @@ import re
 import stat as stat_module
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +233,8 @@ from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint impor
     digests_match,
     dump_manifest,
     hash_file,
+    hash_files,
+    hash_workers,
     index_shards,
     local_stat,
     missing_from,
@@ -423,17 +432,37 @@ class Verifier:
             self.hashed_bytes += remote.size
         return RemoteFile(remote.path, remote.size, self.source_sha[path], None)
 
-    def check(self, path: str, stat: LocalStat) -> bool:
-        """Hash one present file; True and a manifest entry when it matches, False otherwise."""
-        remote = self.expected(path)
-        sha256, blob = hash_file(self.run.local_dir / path, blob=remote.sha256 is None)
-        self.hashed_files += 1
-        self.hashed_bytes += stat.size
-        if stat.size == remote.size and digests_match(remote, sha256, blob):
-            self.entries[path] = ManifestEntry(stat.size, stat.mtime_ns, stat.inode, sha256, blob)
-            return True
-        self.entries.pop(path, None)
-        return False
+    def check(
+        self, stats: Mapping[str, LocalStat], phase: str, total_bytes: int
+    ) -> Iterator[tuple[str, bool]]:
+        """Hash the present files ``stats`` names, on every core (hash_files), and judge each against the
+        revision as it finishes: ``(path, True)`` with a manifest entry when it matches, ``(path, False)``
+        otherwise. A progress line per file."""
+        workers = hash_workers(self.run.params["verify_workers"])
+        source = self.run.params["source_path"]
+        if source is not None:  # the source's digests first, where the hub gives none
+            unknown = [p for p in stats if self.remote[p].sha256 is None and p not in self.source_sha]
+            jobs = [(p, Path(source) / p, False, self.remote[p].size) for p in unknown]
+            for path, (sha256, _) in hash_files(jobs, workers):
+                self.source_sha[path] = sha256
+                self.hashed_files += 1
+                self.hashed_bytes += self.remote[path].size
+        jobs = [
+            (p, self.run.local_dir / p, self.expected(p).sha256 is None, st.size) for p, st in stats.items()
+        ]
+        done = 0
+        for number, (path, (sha256, blob)) in enumerate(hash_files(jobs, workers), 1):
+            stat, remote = stats[path], self.expected(path)
+            self.hashed_files += 1
+            self.hashed_bytes += stat.size
+            done += stat.size
+            self.run.report(progress_line(phase, done, total_bytes, number, len(jobs)))
+            if stat.size == remote.size and digests_match(remote, sha256, blob):
+                self.entries[path] = ManifestEntry(stat.size, stat.mtime_ns, stat.inode, sha256, blob)
+                yield path, True
+            else:
+                self.entries.pop(path, None)
+                yield path, False
 
 
 # --- download ------------------------------------------------------------------------------------------
@@ -558,10 +587,11 @@ def execute(run: Run) -> dict[str, Any]:
     verifier = Verifier(run, remote, manifest)
     bad = list(decided.to_replace)
     total_bytes = sum(f.size for f in remote)
-    for number, path in enumerate(decided.to_hash, 1):
-        run.report(progress_line("verifying present files", 0, total_bytes, number - 1, len(decided.to_hash)))
-        if not verifier.check(path, local[path]):
-            bad.append(path)
+    present = {path: local[path] for path in decided.to_hash}
+    hashed_bytes = sum(st.size for st in present.values())
+    bad += [
+        path for path, good in verifier.check(present, "verifying present files", hashed_bytes) if not good
+    ]
     for path in list(verifier.entries):
         if path not in verifier.remote or path in bad:
             verifier.entries.pop(path)
@@ -626,11 +656,15 @@ def execute(run: Run) -> dict[str, Any]:
     t = time.monotonic()
     run.report(progress_line("verifying downloaded files", 0, needed, 0, len(fetch)))
     failed = []
+    fetched = {}
     for path in fetch:
         st = local_stat(run.local_dir / path)
         if st is None:
             failed.append(f"{path} (missing after the download)")
-        elif not verifier.check(path, st):
+        else:
+            fetched[path] = st
+    for path, good in verifier.check(fetched, "verifying downloaded files", needed):
+        if not good:
             forget_download(run, path)
             failed.append(f"{path} (size or digest differs from the revision; deleted)")
     save_manifest(run, verifier.entries, commit)
@@ -687,6 +721,7 @@ def main() -> None:
             "etag_timeout": {"type": "int", "default": 60},
             "min_free_margin_gb": {"type": "float", "default": 20},
             "rehash": {"type": "bool", "default": False},
+            "verify_workers": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )

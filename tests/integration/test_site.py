@@ -17,8 +17,8 @@ FACT_FILE = "/etc/ansible/facts.d/glm5_gpu.fact"
 GPU_COUNT_CHECK = "Check that the node has enough GPUs for the tensor-parallel size"
 
 
-# The node the tarball's check run leaves out: it asks for more GPUs than it has (its own host_vars), and the run
-# allows one node to fail its own checks (preflight_node_failure_budget 1), so the others go on.
+# The node the tarball's check run leaves out: it asks for more GPUs than it has (its own host_vars), and the
+# run allows one node to fail its own checks (preflight_node_failure_budget 1), so the others go on.
 LEFT_OUT = "gpu-node-1"
 LEFT_OUT_VARS = {"preflight_node_failure_budget": 1}
 
@@ -57,7 +57,11 @@ def converged(run_playbook, git_project, user_project, tmp_path_factory) -> tupl
                 )
                 for name, cfg, more in (
                     ("check-from-git", git_project, {}),
-                    ("check-from-tarball", user_project, {"inventory": inventory, "extravars": LEFT_OUT_VARS}),
+                    (
+                        "check-from-tarball",
+                        user_project,
+                        {"inventory": inventory, "extravars": LEFT_OUT_VARS},
+                    ),
                 )
             ]
             return runs[0].result(), runs[1].result()
@@ -109,8 +113,8 @@ def test_check_mode_reports_no_change_on_a_converged_fleet(converged) -> None:
 
 
 def test_a_node_failing_preflight_is_left_out_and_the_other_goes_through_the_site(converged) -> None:
-    """The tarball's run: LEFT_OUT asks for 16 GPUs and has 8. Within the budget of one node, it is named and left
-    out, and the other node runs the whole site to its proof and the router; the run ends failed, and the
+    """The tarball's run: LEFT_OUT asks for 16 GPUs and has 8. Within the budget of one node, it is named and
+    left out, and the other node runs the whole site to its proof and the router; the run ends failed, and the
     summary names the node left out and why."""
     _, checked = converged
     assert checked.status == "failed", checked.stats

@@ -21,6 +21,8 @@ from ansible_collections.glm5.deploy.plugins.module_utils.model_checkpoint impor
     dump_manifest,
     entry_matches,
     hash_file,
+    hash_files,
+    hash_workers,
     human_size,
     index_shards,
     local_stat,
@@ -377,3 +379,17 @@ def test_local_stat(tmp_path: Path) -> None:
 
 def test_index_name() -> None:
     assert INDEX_NAME == "model.safetensors.index.json"
+
+
+def test_files_are_hashed_on_several_threads_with_the_same_digests(tmp_path: Path) -> None:
+    sizes = {"a": 3 << 20, "b": 9 << 20, "c": 1, "d": 0}
+    jobs = []
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        jobs.append((name, tmp_path / name, name == "c", size))
+    expected = {n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in sizes}
+    for workers in (1, 3):
+        got = dict(hash_files(jobs, workers))
+        assert {n: d[0] for n, d in got.items()} == expected
+        assert got["c"][1] is not None and got["a"][1] is None
+    assert hash_workers(5) == 5 and hash_workers(0) >= 1

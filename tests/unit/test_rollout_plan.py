@@ -1,5 +1,5 @@
-"""The rollout's batches (module_utils/rollout_plan.py): sizes as counts or percentages, the canary, the floor,
-the failure budget, resumed replicas first, the unchanged ones last."""
+"""The rollout's batches (module_utils/rollout_plan.py): sizes as counts or percentages, the canary, the
+floor, the failure budget, resumed replicas first, the unchanged ones last."""
 
 from __future__ import annotations
 
@@ -26,8 +26,18 @@ def fleet(n: int, pending: set[int] | None = None, resume: set[int] | None = Non
 
 @pytest.mark.parametrize(
     ("value", "total", "up", "expected"),
-    [(4, 10, True, 4), ("4", 10, True, 4), ("10%", 256, True, 26), ("10%", 5, True, 1), ("0%", 5, True, 0),
-     ("50%", 2, False, 1), ("50%", 1, False, 0), ("90%", 10, False, 9), (" 25 % ", 8, True, 2), ("100%", 7, True, 7)],
+    [
+        (4, 10, True, 4),
+        ("4", 10, True, 4),
+        ("10%", 256, True, 26),
+        ("10%", 5, True, 1),
+        ("0%", 5, True, 0),
+        ("50%", 2, False, 1),
+        ("50%", 1, False, 0),
+        ("90%", 10, False, 9),
+        (" 25 % ", 8, True, 2),
+        ("100%", 7, True, 7),
+    ],
 )
 def test_amounts_are_counts_or_percentages(value: object, total: int, up: bool, expected: int) -> None:
     assert amount(value, total, "x", round_up=up) == expected
@@ -49,15 +59,21 @@ def test_ten_percent_batches_of_256_replicas() -> None:
 def test_a_canary_then_the_ramp() -> None:
     result = plan(fleet(10), {"batch_size": 4, "canary": 1})
     assert [(b["kind"], b["replicas"]) for b in result["batches"]] == [
-        ("canary", ["r0"]), ("batch", ["r1", "r2", "r3", "r4"]), ("batch", ["r5", "r6", "r7", "r8"]),
-        ("batch", ["r9"])]
+        ("canary", ["r0"]),
+        ("batch", ["r1", "r2", "r3", "r4"]),
+        ("batch", ["r5", "r6", "r7", "r8"]),
+        ("batch", ["r9"]),
+    ]
     assert "a canary of 1" in result["lines"][0]
 
 
 def test_resumed_replicas_first_and_unchanged_ones_last_in_one_batch() -> None:
     result = plan(fleet(6, pending={1, 3, 5}, resume={4}), {"batch_size": 2})
     assert [(b["kind"], b["replicas"]) for b in result["batches"]] == [
-        ("batch", ["r4", "r1"]), ("batch", ["r3", "r5"]), ("unchanged", ["r0", "r2"])]
+        ("batch", ["r4", "r1"]),
+        ("batch", ["r3", "r5"]),
+        ("unchanged", ["r0", "r2"]),
+    ]
     assert result["batch_of"] == {"n4": 0, "n1": 0, "n3": 1, "n5": 1, "n0": 2, "n2": 2}
     assert "1 resumed after an interruption" in result["lines"][0]
 
@@ -69,7 +85,7 @@ def test_a_fleet_with_nothing_to_change_is_one_batch_that_changes_nothing() -> N
 
 
 def test_a_plan_whose_batch_can_never_leave_is_refused() -> None:
-    with pytest.raises(PlanError, match="a batch of 3 replica.* leave 7 .* under the floor of 8"):
+    with pytest.raises(PlanError, match=r"a batch of 3 replica.* leave 7 .* under the floor of 8"):
         plan(fleet(10), {"batch_size": 3, "min_healthy": "80%"})
     assert plan(fleet(10), {"batch_size": 2, "min_healthy": "80%"})["settings"]["floor"] == 8
 
@@ -80,8 +96,11 @@ def test_the_floor_counts_the_whole_fleet_under_a_limit() -> None:
 
 
 def test_multi_node_replicas_count_their_hosts_in_serial() -> None:
-    replicas = [{"name": "a", "hosts": ["a1", "a2"], "pending": True},
-                {"name": "b", "hosts": ["b1", "b2"], "pending": True}, {"name": "c", "hosts": ["c1"], "pending": True}]
+    replicas = [
+        {"name": "a", "hosts": ["a1", "a2"], "pending": True},
+        {"name": "b", "hosts": ["b1", "b2"], "pending": True},
+        {"name": "c", "hosts": ["c1"], "pending": True},
+    ]
     assert plan(replicas, {"batch_size": 2, "min_healthy": 0})["serial"] == [4, 1]
 
 
@@ -90,7 +109,10 @@ def test_the_floor_check_counts_only_routed_replicas_of_the_batch() -> None:
     assert floor_check(healthy, ["http://a:1"], 2)["ok"]
     refused = floor_check(healthy, ["http://a:1", "http://b:1"], 2, "batch 3")
     assert not refused["ok"] and refused["left"] == 1
-    assert refused["msg"].startswith("batch 3: 3 replica(s) healthy") and "under the floor of 2" in refused["msg"]
+    assert (
+        refused["msg"].startswith("batch 3: 3 replica(s) healthy")
+        and "under the floor of 2" in refused["msg"]
+    )
     # A replica already out of the router (the guard took it out) costs the floor nothing when it leaves.
     assert floor_check(["http://b:1"], ["http://a:1"], 1)["ok"]
 
@@ -115,12 +137,14 @@ def test_replicas_are_planned_whole_from_the_hosts_still_in_the_run() -> None:
     info = {h: {"pending": h != "c1", "settings": {"batch_size": 1}} for h in ["a1", "b1", "c1"]}
     chosen = rolled_replicas(topology, ["a1", "b1", "c1"], info)
     assert [r["name"] for r in chosen["replicas"]] == ["b1", "c1"]
-    assert chosen["left_out"] == [{"replica": "a", "hosts": ["a2"], "why": "a node of the replica is no longer in the run"}]
+    assert chosen["left_out"] == [
+        {"replica": "a", "hosts": ["a2"], "why": "a node of the replica is no longer in the run"}
+    ]
     assert chosen["fleet"] == 3 and chosen["values"] == {"batch_size": 1}
 
 
 def test_settings_that_differ_between_hosts_are_refused() -> None:
     topology = replica_topology(["n1", "n2"], {})
     info = {"n1": {"settings": {"batch_size": 1}}, "n2": {"settings": {"batch_size": "50%"}}}
-    with pytest.raises(PlanError, match="batch_size differs between hosts .n1: 1, n2: '50%'"):
+    with pytest.raises(PlanError, match=r"batch_size differs between hosts .n1: 1, n2: '50%'"):
         rolled_replicas(topology, ["n1", "n2"], info)
