@@ -144,6 +144,31 @@ def fail_stop_row(p6: dict[str, Any]) -> tuple[str, str]:
     return measured, ratios
 
 
+def rollout_sim_row(p7: Mapping[str, Any]) -> tuple[str, str]:
+    """P7's measured and ratio cells: each scenario's batches, hours (hardware; lab), fewest in the router."""
+    parts, ratios = [], []
+    for s in p7["scenarios"]:
+        hw, lab = s["hardware"], s["lab"]
+        parts.append(
+            f"{s['name']}: {hw['batches_run']} of {hw['batches_planned']} batches, {hw['hours']} h "
+            f"(lab phases: {lab['hours'] * 60:.0f} min), fewest in the router {hw['fewest_in_router']} "
+            f"(floor {hw['floor']})"
+            + (f", restored {', '.join(hw['restored'])}" if hw["restored"] else "")
+            + (", stopped by the failure budget" if "failure budget" in hw["stopped"] else "")
+        )
+    by_name = {s["name"]: s["hardware"] for s in p7["scenarios"]}
+    first, tenth = (
+        next((v for k, v in by_name.items() if key in k), None) for key in ("defaults", "then 10%")
+    )
+    if first and tenth:
+        ratios.append(f"10% batches / one at a time: {tenth['hours'] / first['hours']:.3f}x the hours")
+    ratios.append(
+        "fewest in the router / floor: "
+        + ", ".join(f"{s['hardware']['fewest_in_router']}/{s['hardware']['floor']}" for s in p7["scenarios"])
+    )
+    return "; ".join(parts), "; ".join(ratios)
+
+
 def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
     """(figure, measured, ratio, date, command) for each figure present, P1..P4, P6, then P5."""
     out: list[tuple[str, str, str, str, str]] = []
@@ -246,6 +271,11 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"guard CPU / wall: {g['guard_cpu_s_per_hour'] / 3600:.2%}"
         )
         out.append(("P6 guard: a node answering garbage", measured, ratios, p6["date"], p6["command"]))
+    p7 = figures.get("P7")
+    if p7:
+        out.append(
+            ("P7 rolling update of 256 replicas, simulated", *rollout_sim_row(p7), p7["date"], p7["command"])
+        )
     p5 = figures.get("P5")
     if p5:
         out.append(

@@ -13,6 +13,9 @@ Figures (each writes docs/benchmarks/<figure>.json; a figure not run keeps its l
   P4  checkpoint verify against a raw sequential read of the same 4 GiB of shards, in one run, and an
       unchanged re-verify (lab/bin/bench-checkpoint-verify).
   P5  `make test`, timed (about 50 minutes).
+  P7  a rolling update of 256 replicas, simulated over the real planner (lab/bench/rollout_sim.py): batches,
+      hours with hardware and with lab phase durations, the fewest replicas in the router against the floor,
+      the failure budget at work. No lab: seconds.
   P6  a node whose weights turn NaN while it serves (tests/integration/test_serving_safety.py: swapped to the
       NaN copy by hand under 4 clients): with the fail-stop (make test's test) and with the guard alone (the
       bench-only test, fail-stop off), side by side: wrong answers, failed requests, time to out.
@@ -43,7 +46,7 @@ import yaml  # noqa: E402
 DOCS = ROOT / "docs"
 RECORDS = DOCS / "benchmarks"
 LOGS = ROOT / "build" / "bench" / "logs"
-FIGURES = ("P2", "P1", "P3", "P4", "P6", "P5")  # the order they run in: P2 starts from an empty lab
+FIGURES = ("P7", "P2", "P1", "P3", "P4", "P6", "P5")  # the order they run in: P2 starts from an empty lab
 
 
 def say(message: str) -> None:
@@ -202,6 +205,14 @@ def p4(_sizes: list[int]) -> dict[str, Any]:
     return {**record, **stamp(" ".join(argv)), "date_utc": record["date_utc"]}
 
 
+def p7(_sizes: list[int]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="glm5-bench-") as tmp:
+        dest = Path(tmp) / "p7.json"
+        run("p7-rollout-sim", [sys.executable, "lab/bench/rollout_sim.py", "--json", str(dest)])
+        record = json.loads(dest.read_text(encoding="utf-8"))
+    return {**record, **stamp("python lab/bench/rollout_sim.py")}
+
+
 def p5(_sizes: list[int]) -> dict[str, Any]:
     seconds, _ = run("p5-make-test", ["make", "--no-print-directory", "test"])
     return {**stamp("make test"), "seconds": round(seconds, 1), "rc": 0}
@@ -252,7 +263,7 @@ def main() -> int:
         parser.error(f"unknown figures {unknown}; known: {', '.join(sorted(FIGURES))}")
     sizes = [int(s) for s in args.sizes.split(",")]
     RECORDS.mkdir(parents=True, exist_ok=True)
-    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6}
+    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7}
     if not args.render_only:
         for figure in (f for f in FIGURES if f in wanted):
             say(f"{figure}: measuring")

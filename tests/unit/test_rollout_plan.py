@@ -148,3 +148,24 @@ def test_settings_that_differ_between_hosts_are_refused() -> None:
     info = {"n1": {"settings": {"batch_size": 1}}, "n2": {"settings": {"batch_size": "50%"}}}
     with pytest.raises(PlanError, match=r"batch_size differs between hosts .n1: 1, n2: '50%'"):
         rolled_replicas(topology, ["n1", "n2"], info)
+
+
+def test_the_rollout_simulation_keeps_the_floor_and_stops_at_the_budget() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "lab" / "bench" / "rollout_sim.py"
+    spec = importlib.util.spec_from_file_location("rollout_sim", path)
+    assert spec is not None and spec.loader is not None
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    ramp = sim.simulate(40, {"batch_size": "10%", "canary": 1, "min_healthy": "80%"}, "lab")
+    assert (ramp["batches_run"], ramp["fewest_in_router"], ramp["floor"], ramp["stopped"]) == (11, 36, 32, "")
+    stopped = sim.simulate(40, {"batch_size": 4, "failure_budget": 0}, "lab", failing=["r9"])
+    assert (
+        stopped["batches_run"] == 3
+        and stopped["restored"] == ["r9"]
+        and "failure budget 0" in stopped["stopped"]
+    )
+    going = sim.simulate(40, {"batch_size": 4, "failure_budget": 1}, "lab", failing=["r9"])
+    assert going["batches_run"] == 10 and going["stopped"] == ""
