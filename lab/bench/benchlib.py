@@ -243,6 +243,18 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
             f"verify/cat {p4['ratios']['verify/cat']:.2f}; verify/dd {p4['ratios']['verify/dd_direct']:.2f}; "
             f"re-verify/verify {p4['unchanged_reverify']['fraction_of_verify']:.1e}"
         )
+        if "verify_cores" in methods:  # the verifier on every core against what the machine allows
+            cores = p4.get("hash_workers", "every")
+            measured = measured.replace(
+                "; cat ",
+                f"; verify on {cores} cores {methods['verify_cores']['mb_per_s_median']:.0f} MB/s; cat ",
+                1,
+            ).replace("verify ", "verify on one core ", 1)
+            ratios = (
+                f"verify on {cores} cores / min(cat, {cores} x one core): "
+                f"{p4['ratios']['verify_cores/bound']:.2f} (target 0.8); "
+                f"on {cores} cores / one core {p4['ratios']['verify_cores/verify']:.2f}; " + ratios
+            )
         out.append(("P4 checkpoint verify vs raw read", measured, ratios, p4["date"], p4["command"]))
     p6 = figures.get("P6")
     if p6 and "fail_stop" in p6:
