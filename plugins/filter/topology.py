@@ -28,6 +28,7 @@ Logic: module_utils/fleet_topology.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import connect_host
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
     NODES_CA_FILE,
+    REPLICA_GROUP_PREFIX,
     TopologyError,
     find_worker,
     healthy_workers,
@@ -66,9 +68,25 @@ def _guard(func: Any, *args: Any) -> Any:
 
 
 def sglang_topology(groups: Mapping[str, Sequence[str]], node_group: str = "sglang_nodes") -> dict[str, Any]:
-    """The replicas of ``groups[node_group]``, from the ``sglang_replica_*`` groups."""
-    plain = {str(k): [str(h) for h in v] for k, v in groups.items()}
-    return _guard(replica_topology, plain.get(node_group, []), plain)
+    """The replicas of ``groups[node_group]``, from the ``sglang_replica_*`` groups.
+
+    Every node's tasks ask for it, many times a run: it is worked out once per inventory (the node group and
+    the replica groups, as tuples, are the key), so that a node's cost does not grow with the fleet."""
+    key = (
+        tuple(str(h) for h in groups.get(node_group) or ()),
+        tuple(
+            (str(g), tuple(str(h) for h in v))
+            for g, v in groups.items()
+            if str(g).startswith(REPLICA_GROUP_PREFIX)
+        ),
+    )
+    return _topology(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _topology(key: tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]) -> dict[str, Any]:
+    nodes, replica_groups = key
+    return _guard(replica_topology, list(nodes), {g: list(h) for g, h in replica_groups})
 
 
 def sglang_node_settings(

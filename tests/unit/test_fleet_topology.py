@@ -154,3 +154,17 @@ def test_the_router_is_reached_over_tls_by_its_certificates_name_else_on_loopbac
         "ca_path": ROUTER_CA_FILE,
         "ca_file": "",
     }
+
+
+def test_the_topology_filter_works_it_out_once_per_inventory() -> None:
+    from ansible_collections.glm5.deploy.plugins.filter.topology import sglang_topology
+
+    groups = {
+        "all": ["n1", "n2", "n3", "gw"],
+        "sglang_nodes": ["n1", "n2", "n3"],
+        "sglang_replica_a": ["n2", "n3"],
+    }
+    first = sglang_topology(groups)
+    assert [r["hosts"] for r in first["replicas"]] == [["n1"], ["n2", "n3"]]
+    assert sglang_topology({**groups, "sglang_router": ["gw"]}) is first  # other groups do not matter
+    assert sglang_topology({**groups, "sglang_replica_a": ["n3", "n2"]})["hosts"]["n3"]["rank"] == 0
