@@ -5,6 +5,7 @@
 {{ workers_answer | glm5_rollout_floor(urls, floor) }}  -> may this batch leave the router?
 {{ restored | glm5_rollout_budget(budget) }}             -> may the rollout go on after these failures?
 {{ hosts | glm5_left_out(hostvars, budget, stopped) }}   -> leave the failed nodes out, or stop everything?
+{{ hosts | glm5_replica_urls(hostvars, groups) }}        -> the router URLs of these hosts' replicas (rank 0)
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ def glm5_left_out(hosts: Sequence[str], hostvars: Any, budget: Any, stopped: str
     return _guard(left_out_check, reasons, len(hosts), budget, str(stopped))
 
 
+def glm5_replica_urls(hosts: Sequence[str], hostvars: Any, groups: Mapping[str, Sequence[str]]) -> list[str]:
+    """The router URLs of the replicas ``hosts`` belong to (each replica's rank 0), each once, in order."""
+    plain = {str(k): [str(h) for h in v] for k, v in groups.items()}
+    topology = _guard(replica_topology, plain.get("sglang_nodes", []), plain)
+    leaders = [topology["hosts"].get(str(h), {"leader": str(h)})["leader"] for h in hosts]
+    return [replica_url(hostvars[leader], leader) for leader in dict.fromkeys(leaders)]
+
+
 class FilterModule:
     """glm5-deploy rollout filters."""
 
@@ -100,4 +109,5 @@ class FilterModule:
             "glm5_rollout_floor": glm5_rollout_floor,
             "glm5_rollout_budget": glm5_rollout_budget,
             "glm5_left_out": glm5_left_out,
+            "glm5_replica_urls": glm5_replica_urls,
         }

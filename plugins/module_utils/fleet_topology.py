@@ -11,6 +11,7 @@ Pure functions over plain data, so the same code serves the filters, the modules
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -234,3 +235,35 @@ def in_flight_requests(loads: Mapping[str, Any]) -> int:
         int(rank.get("num_running_reqs") or 0) + int(rank.get("num_waiting_reqs") or 0)
         for rank in loads.get("loads") or []
     )
+
+
+def hold_name(url: str) -> str:
+    """The file name of a worker's hold marker in the router host's hold directory: the sha1 of its URL (the
+    guard reads the URL inside)."""
+    return hashlib.sha1(_norm(url).encode()).hexdigest()
+
+
+def batch_plan(listing: Mapping[str, Any], present: Sequence[str], absent: Sequence[str]) -> dict[str, Any]:
+    """What to POST (``add``) and DELETE (``remove``: ``{id, url}``) so that the ``present`` URLs are in the
+    router and the ``absent`` ones out, from its ``GET /workers`` answer. A URL in both is refused."""
+    both = sorted({_norm(u) for u in present} & {_norm(u) for u in absent})
+    if both:
+        raise TopologyError(f"a worker cannot be put in and taken out at once: {', '.join(both)}")
+    registered = {_norm(str(w.get("url", ""))): w for w in listing.get("workers") or []}
+    add = [u for u in dict.fromkeys(_norm(u) for u in present) if u not in registered]
+    remove = [
+        {"id": registered[u]["id"], "url": u}
+        for u in dict.fromkeys(_norm(u) for u in absent)
+        if u in registered and "id" in registered[u]
+    ]
+    return {"add": add, "remove": remove}
+
+
+def batch_waiting(listing: Mapping[str, Any], present: Sequence[str], absent: Sequence[str]) -> list[str]:
+    """The URLs not settled yet: a ``present`` one the router does not route to (healthy and ready), an
+    ``absent`` one it still lists (draining, or not yet dropped)."""
+    healthy = set(healthy_workers(listing))
+    listed = {_norm(str(w.get("url", ""))) for w in listing.get("workers") or []}
+    return [_norm(u) for u in present if _norm(u) not in healthy] + [
+        _norm(u) for u in absent if _norm(u) in listed
+    ]
