@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Controller cost per host as the fleet grows: controller-only plays over synthetic inventories of fake hosts.
+"""Controller cost per host as the fleet grows: controller-only plays over synthetic inventories.
 
     python lab/bench/controller_scale.py [--sizes 16,256,1024] [--json FILE]
 
@@ -41,7 +41,11 @@ PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
 # Role variables (vars/main.yml) that read the fleet, per role: each node evaluates them.
 EXPRESSIONS = {
-    "sglang_router": ["__sglang_router_place", "__sglang_router_replica_leader", "__sglang_router_replica_url"],
+    "sglang_router": [
+        "__sglang_router_place",
+        "__sglang_router_replica_leader",
+        "__sglang_router_replica_url",
+    ],
     "sglang_rollout": ["__sglang_rollout_place", "__sglang_rollout_members", "__sglang_rollout_leader"],
     "sglang_validate": ["__sglang_validate_rank"],
     "sglang_server": ["__sglang_server_place", "__sglang_server_replica_settings", "__sglang_server_ca"],
@@ -63,8 +67,11 @@ def inventory(path: Path, nodes: int) -> Path:
     (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": children}}, sort_keys=False))
     shutil.copytree(ROOT / "inventory" / "lab" / "group_vars", path / "group_vars")
     lab = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "lab.yml").read_text())
-    lab = {k: v for k, v in lab.items() if not k.startswith(("ansible_connection", "ansible_ssh", "ansible_user",
-                                                              "ansible_python"))}
+    lab = {
+        k: v
+        for k, v in lab.items()
+        if not k.startswith(("ansible_connection", "ansible_ssh", "ansible_user", "ansible_python"))
+    }
     (path / "group_vars" / "lab.yml").write_text(yaml.safe_dump(lab, sort_keys=False))
     return path
 
@@ -82,31 +89,71 @@ def plays(tmp: Path) -> dict[str, Path]:
         "hosts": "sglang_nodes",
         "gather_facts": False,
         "tasks": [
-            {"name": "Queue", "ansible.builtin.add_host": {"name": "{{ item }}", "groups": "sglang_rolling_update"},
-             "loop": "{{ groups['sglang_nodes'] }}", "run_once": True, "changed_when": False},
-            {"name": "Stand-in for what staging finds",
-             "ansible.builtin.set_fact": {"sglang_rollout_pending": True, "sglang_rollout_resume": {}}},
-            {"name": "The real plan input",
-             "ansible.builtin.include_role": {"name": "sglang_rollout", "tasks_from": "plan_input.yml"}},
+            {
+                "name": "Queue",
+                "ansible.builtin.add_host": {"name": "{{ item }}", "groups": "sglang_rolling_update"},
+                "loop": "{{ groups['sglang_nodes'] }}",
+                "run_once": True,
+                "changed_when": False,
+            },
+            {
+                "name": "Stand-in for what staging finds",
+                "ansible.builtin.set_fact": {"sglang_rollout_pending": True, "sglang_rollout_resume": {}},
+            },
+            {
+                "name": "The real plan input",
+                "ansible.builtin.include_role": {"name": "sglang_rollout", "tasks_from": "plan_input.yml"},
+            },
         ],
     }
     evaluate = []
     for role, names in EXPRESSIONS.items():
-        evaluate.append({"name": f"Load {role}'s variables",
-                         "ansible.builtin.include_vars": str(ROOT / "roles" / role / "defaults" / "main.yml")}
-                        if (ROOT / "roles" / role / "defaults" / "main.yml").is_file() else None)
-        evaluate.append({"name": f"Load {role}'s own variables",
-                         "ansible.builtin.include_vars": str(ROOT / "roles" / role / "vars" / "main.yml")})
-        evaluate.append({"name": f"Evaluate {role}'s per-host expressions",
-                         "ansible.builtin.set_fact": {f"bench_{role}": role_expressions(names)}})
+        evaluate.append(
+            {
+                "name": f"Load {role}'s variables",
+                "ansible.builtin.include_vars": str(ROOT / "roles" / role / "defaults" / "main.yml"),
+            }
+            if (ROOT / "roles" / role / "defaults" / "main.yml").is_file()
+            else None
+        )
+        evaluate.append(
+            {
+                "name": f"Load {role}'s own variables",
+                "ansible.builtin.include_vars": str(ROOT / "roles" / role / "vars" / "main.yml"),
+            }
+        )
+        evaluate.append(
+            {
+                "name": f"Evaluate {role}'s per-host expressions",
+                "ansible.builtin.set_fact": {f"bench_{role}": role_expressions(names)},
+            }
+        )
     books = {
-        "fixed": [{"name": "Fixed", "hosts": "localhost", "gather_facts": False,
-                   "tasks": [{"name": "Nothing", "ansible.builtin.set_fact": {"bench": 1}}]}],
-        "baseline": [{"name": "Baseline", "hosts": "sglang_nodes", "gather_facts": False,
-                      "tasks": [{"name": "Nothing", "ansible.builtin.set_fact": {"bench": 1}}]}],
+        "fixed": [
+            {
+                "name": "Fixed",
+                "hosts": "localhost",
+                "gather_facts": False,
+                "tasks": [{"name": "Nothing", "ansible.builtin.set_fact": {"bench": 1}}],
+            }
+        ],
+        "baseline": [
+            {
+                "name": "Baseline",
+                "hosts": "sglang_nodes",
+                "gather_facts": False,
+                "tasks": [{"name": "Nothing", "ansible.builtin.set_fact": {"bench": 1}}],
+            }
+        ],
         "plan": [stand_in_stage, rollout[1]],
-        "expressions": [{"name": "Expressions", "hosts": "sglang_nodes", "gather_facts": False,
-                         "tasks": [t for t in evaluate if t]}],
+        "expressions": [
+            {
+                "name": "Expressions",
+                "hosts": "sglang_nodes",
+                "gather_facts": False,
+                "tasks": [t for t in evaluate if t],
+            }
+        ],
     }
     out = {}
     for name, book in books.items():
@@ -122,12 +169,22 @@ def children_cpu() -> float:
 
 
 def measure(book: Path, hosts: Path, name: str, logs: Path) -> dict[str, float]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "GLM5_LAB_DIR": str(ROOT / "lab")}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "GLM5_LAB_DIR": str(ROOT / "lab"),
+    }
     before, started = children_cpu(), time.monotonic()
     with (logs / f"{name}.log").open("w") as log:
-        proc = subprocess.run([PLAYBOOK, "-i", str(hosts), str(book)], cwd=ROOT, env=env, stdout=log,
-                              stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(
+            [PLAYBOOK, "-i", str(hosts), str(book)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     seconds, cpu = time.monotonic() - started, children_cpu() - before
     if proc.returncode != 0:
         tail = "\n".join((logs / f"{name}.log").read_text().splitlines()[-30:])
@@ -156,14 +213,27 @@ def main() -> int:
                 "plan": (raw["plan"]["cpu_seconds"] - fixed) / nodes,
                 "expressions": (raw["expressions"]["cpu_seconds"] - base) / nodes,
             }
-            runs.append({"nodes": nodes, "runs": raw, "per_host_cpu_ms": {k: round(v * 1000, 2) for k, v in per_host.items()}})
-            print(f"{nodes} hosts: " + ", ".join(f"{k} {v * 1000:.1f} ms/host" for k, v in per_host.items()), flush=True)
+            runs.append(
+                {
+                    "nodes": nodes,
+                    "runs": raw,
+                    "per_host_cpu_ms": {k: round(v * 1000, 2) for k, v in per_host.items()},
+                }
+            )
+            print(
+                f"{nodes} hosts: " + ", ".join(f"{k} {v * 1000:.1f} ms/host" for k, v in per_host.items()),
+                flush=True,
+            )
     first = runs[0]["per_host_cpu_ms"]
     for run in runs[1:]:
-        run["ratio_to_first"] = {k: round(v / first[k], 2) if first[k] > 0 else None for k, v in run["per_host_cpu_ms"].items()}
+        run["ratio_to_first"] = {
+            k: round(v / first[k], 2) if first[k] > 0 else None for k, v in run["per_host_cpu_ms"].items()
+        }
         print(f"{run['nodes']} / {runs[0]['nodes']} hosts: {run['ratio_to_first']}")
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "controller_scale", "sizes": sizes, "runs": runs}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"benchmark": "controller_scale", "sizes": sizes, "runs": runs}, indent=1) + "\n"
+        )
     return 0
 
 
