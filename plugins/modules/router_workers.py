@@ -38,7 +38,7 @@ options:
     type: str
     required: true
   admin_key:
-    description: The router's admin key (C(Authorization: Bearer)).
+    description: The router's admin key (sent as a bearer token).
     type: str
     required: true
   ca_path:
