@@ -270,7 +270,7 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
 # ansible-playbook's process group (SIGINT is an operator's Ctrl-C, SIGKILL a lost session or a killed
 # control node).
 INTERRUPTIONS = (
-    ("before the drain", "TASK [sglang_rollout : Take the replica out of the router", signal.SIGINT),
+    ("before the drain", "TASK [sglang_rollout : Take the batch's replicas out of the router", signal.SIGINT),
     (
         "after the switch, while the server starts",
         "TASK [sglang_server : Wait until /health_generate",
@@ -279,7 +279,7 @@ INTERRUPTIONS = (
     ("during the inference check", "TASK [sglang_validate : Ask the model the probes", signal.SIGINT),
     (
         "during re-registration",
-        "TASK [sglang_router : Wait until the router reports the worker",
+        "TASK [sglang_router : Put the replicas into the router and wait until it reports them healthy",
         signal.SIGKILL,
     ),
 )
@@ -383,7 +383,7 @@ def refused_while_held(refused: list[tuple[int, str]]) -> None:
     assert rc != 0 and "The fleet lock on lab-gateway" in out and "is held by" in out, out[-3000:]
     assert "renewed its lease while this one watched it: it is alive" in out, out[-3000:]
     assert f"rolling_update.yml --limit {ROLLED}" in out, out[-3000:]
-    assert "Take the replica out of the router" not in out, "the refused run drained a replica"
+    assert "Take the batch's replicas out of the router" not in out, "the refused run drained a replica"
 
 
 def test_an_interrupted_rollout_resumes_when_run_again_and_one_run_holds_the_fleet(run_playbook) -> None:
@@ -560,7 +560,7 @@ def test_a_node_that_lost_a_gpu_is_refused_before_it_leaves_the_router(run_playb
     ((host, res),) = refused.items()
     assert "sees 7 GPU(s)" in res["msg"] and "was not taken out of the router" in res["msg"], res["msg"]
     assert res["msg"].startswith(host), res["msg"]
-    drained = [e for e in run.events if e["event_data"].get("task", "").startswith("Take the replica out")]
+    drained = [e for e in run.events if e["event_data"].get("task", "").startswith("Take the batch's")]
     assert not drained, "a replica was taken out of the router"
     assert node_state(adhoc) == before
     workers = router_workers()
