@@ -15,7 +15,10 @@ not loaded is loaded again in every such process:
   DOCUMENTATION YAML in every task of every host: 490 plugin configurations were parsed in a no-op
   site.yml on the two-node lab, 38 with these preloaded.
 - the launch profiles, the lanes and the known-bad table (plugins/data) are read and cached (lru_cache) by the
-  filters that use them, in the worker process that first calls one: again in every such task.
+  filters that use them, in the worker process that first calls one: again in every such task. So are the
+  roles' argument specs, which every host's inputs read (filter sglang_role_specs), and the serving topology,
+  which every node's tasks work out from the inventory's groups (filter sglang_topology): the topology is
+  worked out here at each play's start, from that play's inventory, so that no host's task pays for it.
 Loaded here once, before the first fork, every task inherits them.
 """
 
@@ -40,6 +43,8 @@ requirements:
 import contextlib
 import importlib
 import pkgutil
+from pathlib import Path
+from typing import Any
 
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import (
@@ -97,6 +102,24 @@ PRELOADED = (
 DATA_TABLES = (load_lanes, load_dialects, load_profiles, load_known_bad)
 
 
+def preload_role_specs() -> None:
+    """Every role's argument spec of this collection, into filter sglang_role_specs' cache."""
+    from ansible_collections.glm5.deploy.plugins.filter.inputs import role_options
+
+    collection = Path(importlib.import_module("ansible_collections.glm5.deploy").__path__[0]).resolve()
+    for path in sorted(collection.glob("roles/*/meta/argument_specs.yml")):
+        with contextlib.suppress(Exception):
+            role_options(str(path), path.stat().st_mtime_ns)
+
+
+def preload_topology(groups: Any) -> None:
+    """The serving topology of these groups, into filter sglang_topology's cache."""
+    from ansible_collections.glm5.deploy.plugins.filter.topology import sglang_topology
+
+    with contextlib.suppress(Exception):
+        sglang_topology(groups)
+
+
 class CallbackModule(CallbackBase):
     """Preloads the plugins; prints nothing."""
 
@@ -118,3 +141,9 @@ class CallbackModule(CallbackBase):
         for load in DATA_TABLES:
             with contextlib.suppress(Exception):
                 load()
+        preload_role_specs()
+
+    def v2_playbook_on_play_start(self, play) -> None:
+        # Best effort, like the tables: a topology the inventory breaks is named by the filter, in its task.
+        with contextlib.suppress(Exception):
+            preload_topology(play.get_variable_manager()._inventory.get_groups_dict())

@@ -5,6 +5,7 @@
     {{ gpu_count | sglang_gpu_problems(tp_size, host, var) }}            -> [problem, ...]
     {{ repo | sglang_checkpoint_problems(revision, source_path) }}       -> [problem, ...]
     {{ distribution | sglang_os_problems(version, supported, host) }}   -> [problem, ...]
+    {{ roles | sglang_role_specs(roles_dir) }}                           -> {role: its main entry's options}
     {{ options | sglang_spec_inputs(hostvars[inventory_hostname]) }}    -> the operator's values, no secrets
     {{ options | sglang_secret_problems(hostvars[inventory_hostname]) }} -> [problem, ...] (never a value)
     {{ specs | sglang_value_problems(hostvars[inventory_hostname]) }}    -> [problem, ...] (role -> options)
@@ -22,11 +23,14 @@ contract in module_utils/inventory_contract.py.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
@@ -84,6 +88,26 @@ def sglang_lost_gpu_problems(
 
 def sglang_os_problems(distribution: str, version: Any, supported: Iterable[str], host: str) -> list[str]:
     return os_problems(str(distribution), str(version), [str(s) for s in supported], host=str(host))
+
+
+def sglang_role_specs(roles: Iterable[str], roles_dir: str) -> dict[str, Any]:
+    """``{role: options}`` of each role's entry point main (roles_dir/<role>/meta/argument_specs.yml)."""
+    base = Path(str(roles_dir)).resolve()
+    out = {}
+    for role in roles:
+        path = base / str(role) / "meta" / "argument_specs.yml"
+        out[str(role)] = copy.deepcopy(role_options(str(path), path.stat().st_mtime_ns))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def role_options(path: str, mtime_ns: int) -> dict[str, Any]:
+    """The options of the entry point main of an argument_specs.yml (cached by path and mtime: every host's
+    inputs read the same files; callback glm5_preload reads them once before the tasks fork)."""
+    del mtime_ns  # the cache's key only: a changed file is read again
+    return dict(
+        yaml.safe_load(Path(path).read_text(encoding="utf-8"))["argument_specs"]["main"]["options"] or {}
+    )
 
 
 def sglang_spec_inputs(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:
@@ -210,6 +234,7 @@ class FilterModule:
             "sglang_lost_gpu_problems": sglang_lost_gpu_problems,
             "sglang_checkpoint_problems": sglang_checkpoint_problems,
             "sglang_os_problems": sglang_os_problems,
+            "sglang_role_specs": sglang_role_specs,
             "sglang_spec_inputs": sglang_spec_inputs,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_value_problems": sglang_value_problems,

@@ -71,7 +71,8 @@ def sglang_topology(groups: Mapping[str, Sequence[str]], node_group: str = "sgla
     """The replicas of ``groups[node_group]``, from the ``sglang_replica_*`` groups.
 
     Every node's tasks ask for it, many times a run: it is worked out once per inventory (the node group and
-    the replica groups, as tuples, are the key), so that a node's cost does not grow with the fleet."""
+    the replica groups, as tuples, are the key), in the controller's main process at each play's start
+    (callback glm5_preload), so that the tasks' forked workers find it worked out."""
     key = (
         tuple(str(h) for h in groups.get(node_group) or ()),
         tuple(
