@@ -16,6 +16,8 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import h
 
 
 def _symptom(hostvars: Mapping[str, Any]) -> str:
+    if hostvars.get("glm5_left_out"):  # failed its own checks (preflight, staging) or unreachable
+        return f"left out of the run: {hostvars['glm5_left_out']}"
     validation = hostvars.get("sglang_validate_result") or {}
     if validation and not validation.get("passed") and not validation.get("skipped"):
         return str(validation.get("msg") or "inference check failed")
@@ -26,7 +28,7 @@ def _symptom(hostvars: Mapping[str, Any]) -> str:
 
 
 def replica_stats(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
-    """One host's results: verdict (passed, FAILED, FAILED at start, or '-' when not judged in this run),
+    """One host's results: verdict (passed, FAILED, FAILED at start, LEFT OUT, or '-' when not judged in this run),
     symptom, router (in, out, kept or '-'), release, profile, evidence level and checkpoint revision."""
     row = host_row(host, hostvars)
     launch = hostvars.get("sglang_launch") or {}
@@ -71,6 +73,7 @@ def fleet_stats(
         "passed": sum(r["verdict"] == "passed" for r in replicas.values()),
         "failed": sum(r["verdict"].startswith("FAILED") for r in replicas.values()),
         "routed": sum(r["router"] == "in" for r in replicas.values()),
+        "left_out": sum(r["verdict"] == "LEFT OUT" for r in replicas.values()),
         "replicas": replicas,
     }
 

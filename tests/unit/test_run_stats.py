@@ -78,3 +78,11 @@ def test_a_rollout_entry_says_what_became_of_the_replica() -> None:
     both = node(sglang_rollout_failure="health wait timed out", sglang_rollout_restore_failure="unit failed")
     lost = rollout_entry("gpu02", both, "restore failed")["gpu02"]
     assert lost["symptom"] == "health wait timed out; restore: unit failed"
+
+
+def test_a_node_left_out_of_the_run_is_counted_and_says_why() -> None:
+    hostvars = {**HOSTVARS, "gpu05": {"glm5_left_out": "preflight: gpu05 has 4 GPU(s)"}}
+    stats = fleet_stats(list(hostvars), hostvars, "")
+    assert stats["left_out"] == 1 and stats["failed"] == 2
+    assert stats["replicas"]["gpu05"]["verdict"] == "LEFT OUT"
+    assert stats["replicas"]["gpu05"]["symptom"] == "left out of the run: preflight: gpu05 has 4 GPU(s)"
