@@ -28,7 +28,7 @@ def _symptom(hostvars: Mapping[str, Any]) -> str:
 
 
 def replica_stats(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
-    """One host's results: verdict (passed, FAILED, FAILED at start, LEFT OUT, or '-' when not judged in this run),
+    """One host's results: verdict (passed, FAILED, FAILED at start, LEFT OUT, or '-' when not judged),
     symptom, router (in, out, kept or '-'), release, profile, evidence level and checkpoint revision."""
     row = host_row(host, hostvars)
     launch = hostvars.get("sglang_launch") or {}
