@@ -270,7 +270,7 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
 # ansible-playbook's process group (SIGINT is an operator's Ctrl-C, SIGKILL a lost session or a killed
 # control node).
 INTERRUPTIONS = (
-    ("before the drain", "TASK [sglang_rollout : Take the batch's replicas out of the router", signal.SIGINT),
+    ("before the drain", "TASK [Take the batch's replicas out of the router", signal.SIGINT),
     (
         "after the switch, while the server starts",
         "TASK [sglang_server : Wait until /health_generate",
