@@ -106,28 +106,15 @@ def plays(tmp: Path) -> dict[str, Path]:
             },
         ],
     }
-    evaluate = []
-    for role, names in EXPRESSIONS.items():
-        evaluate.append(
-            {
-                "name": f"Load {role}'s variables",
-                "ansible.builtin.include_vars": str(ROOT / "roles" / role / "defaults" / "main.yml"),
-            }
-            if (ROOT / "roles" / role / "defaults" / "main.yml").is_file()
-            else None
-        )
-        evaluate.append(
-            {
-                "name": f"Load {role}'s own variables",
-                "ansible.builtin.include_vars": str(ROOT / "roles" / role / "vars" / "main.yml"),
-            }
-        )
-        evaluate.append(
-            {
-                "name": f"Evaluate {role}'s per-host expressions",
-                "ansible.builtin.set_fact": {f"bench_{role}": role_expressions(names)},
-            }
-        )
+    # The roles' defaults and variables once for the play (vars_files), then one task on every node that
+    # evaluates every role's per-host expressions.
+    files = [
+        str(ROOT / "roles" / role / kind / "main.yml")
+        for role in EXPRESSIONS
+        for kind in ("defaults", "vars")
+        if (ROOT / "roles" / role / kind / "main.yml").is_file()
+    ]
+    evaluate = {f"bench_{role}": role_expressions(names) for role, names in EXPRESSIONS.items()}
     books = {
         "fixed": [
             {
@@ -151,7 +138,10 @@ def plays(tmp: Path) -> dict[str, Path]:
                 "name": "Expressions",
                 "hosts": "sglang_nodes",
                 "gather_facts": False,
-                "tasks": [t for t in evaluate if t],
+                "vars_files": files,
+                "tasks": [
+                    {"name": "Evaluate the roles' per-host expressions", "ansible.builtin.set_fact": evaluate}
+                ],
             }
         ],
     }
