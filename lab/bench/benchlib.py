@@ -144,6 +144,31 @@ def fail_stop_row(p6: dict[str, Any]) -> tuple[str, str]:
     return measured, ratios
 
 
+def batch_throughput(report: Mapping[str, Any], nodes: int) -> dict[str, Any] | None:
+    """Requests answered per second while the router had fewer than ``nodes`` healthy workers (a batch out),
+    from a loadgen report's ``healthy_timeline`` ([at, healthy, listed]) and ``completed_per_s``; ``out`` is
+    the most replicas out at once. None when no batch was out or the report has no per-second counts."""
+    per_second = report.get("completed_per_s")
+    timeline = report.get("healthy_timeline") or []
+    if not per_second or not timeline:
+        return None
+    seconds: set[int] = set()
+    fewest = nodes
+    for i, (at, healthy, _listed) in enumerate(timeline):
+        end = timeline[i + 1][0] if i + 1 < len(timeline) else report.get("seconds", at)
+        if healthy < nodes:
+            seconds.update(range(int(at), max(int(at) + 1, int(end))))
+            fewest = min(fewest, healthy)
+    seconds = {s for s in seconds if s < len(per_second)}
+    if not seconds:
+        return None
+    return {
+        "requests_per_s": sum(per_second[s] for s in seconds) / len(seconds),
+        "seconds": len(seconds),
+        "out": nodes - fewest,
+    }
+
+
 def rollout_sim_row(p7: Mapping[str, Any]) -> tuple[str, str]:
     """P7's measured and ratio cells: each scenario's batches, hours (hardware; lab), fewest in the router."""
     parts, ratios = [], []
@@ -222,12 +247,22 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
                     f"{run['name']}/steady: p50 {ratio(rep['latency_p50_s'], steady['latency_p50_s'])}, "
                     f"p99 {ratio(rep['latency_p99_s'], steady['latency_p99_s'])}"
                 )
+                batch = batch_throughput(rep, int(p3["nodes"]))
+                if batch and steady.get("seconds"):
+                    share = batch["requests_per_s"] / (steady["requests"] / steady["seconds"])
+                    target = (int(p3["nodes"]) - batch["out"]) / int(p3["nodes"])
+                    ratios[-1] += (
+                        f", throughput with {batch['out']} of {p3['nodes']} out "
+                        f"{share:.2f}x steady (target {target:.2f})"
+                    )
         if steady:
             parts.append(
                 f"steady (no rollout, {duration(p3['steady']['seconds'])}): {steady['requests']} requests, "
                 f"{steady['failed']} failed, p50 {steady['latency_p50_s']:.3f} s, "
                 f"p99 {steady['latency_p99_s']:.3f} s"
             )
+        if p3.get("concurrency"):
+            parts.insert(0, f"{p3['concurrency']} clients at once")
         out.append(("P3 rollout under load", "; ".join(parts), "; ".join(ratios), p3["date"], p3["command"]))
     p4 = figures.get("P4")
     if p4:

@@ -178,18 +178,34 @@ def _loadgen(name: str, nodes: int, middle: list[str], extra: list[str]) -> dict
         }
 
 
-def p3(sizes: list[int]) -> dict[str, Any]:
-    nodes = sizes[0]
-    steady = _loadgen("p3-steady", nodes, ["lab/playbooks/bench-steady.yml"], [])
-    update = ["-e", "@molecule/rolling/vars/update.yml"]
+# Clients at once in P3: enough to keep every lab replica busy (the lab engine serves a few at a time).
+P3_CONCURRENCY = 8
+
+
+def lab_nodes() -> int:
+    """The committed lab's size (inventory/lab): the figures that run its tests or its playbooks use it."""
+    hosts = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text(encoding="utf-8"))
+    return len(hosts["all"]["children"]["sglang_nodes"]["hosts"])
+
+
+def p3(_sizes: list[int]) -> dict[str, Any]:
+    # The lab it needs: the committed inventory's size, converged (P1 and P2 may have left another size).
+    nodes = lab_nodes()
+    make("p3-lab-up", "lab-up", nodes)
+    playbook("p3-site", nodes, "site.yml")
+    clients = ["-e", f"lab_loadgen_concurrency={P3_CONCURRENCY}"]
+    steady = _loadgen("p3-steady", nodes, ["lab/playbooks/bench-steady.yml"], clients)
+    update = ["-e", "@molecule/rolling/vars/update.yml", *clients]
     out = _loadgen("p3-rollout-update", nodes, ["lab/playbooks/bench-rollout.yml"], update)
-    back = _loadgen("p3-rollout-back", nodes, ["lab/playbooks/bench-rollout.yml"], [])
+    back = _loadgen("p3-rollout-back", nodes, ["lab/playbooks/bench-rollout.yml"], clients)
     out["name"], back["name"] = "update", "back"
     return {
         **stamp(
             "ansible-playbook lab/playbooks/bench-rollout.yml [-e @molecule/rolling/vars/update.yml] "
-            "(loadgen on lab-gateway, concurrency 1, around playbooks/rolling_update.yml)"
+            f"-e lab_loadgen_concurrency={P3_CONCURRENCY} (loadgen on lab-gateway around "
+            "playbooks/rolling_update.yml; the lab brought to inventory/lab's size and converged first)"
         ),
+        "concurrency": P3_CONCURRENCY,
         "nodes": nodes,
         "steady": steady,
         "rollouts": [out, back],
@@ -221,8 +237,7 @@ def p5(_sizes: list[int]) -> dict[str, Any]:
 def p6(_sizes: list[int]) -> dict[str, Any]:
     # The guard's test runs on the committed lab (inventory/lab): bring the lab to that size and converge it
     # first (P1 and P3 may have left it at another size).
-    hosts = yaml.safe_load((ROOT / "inventory" / "lab" / "hosts.yml").read_text(encoding="utf-8"))
-    nodes = len(hosts["all"]["children"]["sglang_nodes"]["hosts"])
+    nodes = lab_nodes()
     make("p6-lab-up", "lab-up", nodes)
     playbook("p6-site", nodes, "site.yml")
     # The same scenario twice, under the same load: the fail-stop (make test's test), then the guard alone

@@ -148,3 +148,14 @@ def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
     assert plots, "make bench draws plots beside the records"
     expected = benchlib.render_markdown(figures, plots, benchlib.read_history(RECORDS))
     assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == expected
+
+
+def test_the_throughput_while_a_batch_is_out() -> None:
+    report = {
+        "seconds": 10,
+        "completed_per_s": [8, 8, 8, 4, 4, 4, 8, 8, 8, 8],
+        "healthy_timeline": [[0.1, 2, 2], [3.0, 1, 2], [6.0, 2, 2]],
+    }
+    assert benchlib.batch_throughput(report, 2) == {"requests_per_s": 4.0, "seconds": 3, "out": 1}
+    assert benchlib.batch_throughput({**report, "healthy_timeline": [[0.1, 2, 2]]}, 2) is None
+    assert benchlib.batch_throughput({"healthy_timeline": report["healthy_timeline"]}, 2) is None

@@ -52,6 +52,8 @@ def test_rate_paces_the_requests(tmp_path: Path) -> None:
     assert unpaced["requests"] > 16, unpaced
     assert paced["failed"] == unpaced["failed"] == 0
     assert paced["min_healthy_workers"] == 2
+    # Every answered request is counted in the second it ended.
+    assert sum(paced["completed_per_s"]) == paced["requests"] and len(paced["completed_per_s"]) <= 3
 
 
 def test_max_requests_ends_a_paced_run_and_wrong_answers_are_failures(tmp_path: Path) -> None:
