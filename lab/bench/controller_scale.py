@@ -81,31 +81,52 @@ def role_expressions(names: list[str]) -> dict[str, str]:
     return {n: "{{ " + n + " }}" for n in names}
 
 
+def stand_in_plays() -> list[dict[str, Any]]:
+    """Plays that stand in for inputs, the queue and staging before playbooks/rollout.yml's plan play (also
+    tests/unit/test_rollout_batches_play.py's): every node of sglang_nodes queued, and staging finds something
+    to change on each (``fake_pending`` false: nothing), then the role's real plan input."""
+    return [
+        {
+            "name": "Queue the nodes",
+            "hosts": "sglang_nodes",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Queue",
+                    "ansible.builtin.add_host": {"name": "{{ item }}", "groups": "sglang_rolling_update"},
+                    "loop": "{{ groups['sglang_nodes'] }}",
+                    "run_once": True,
+                    "changed_when": False,
+                }
+            ],
+        },
+        {
+            "name": "Stand-in staging",
+            "hosts": "sglang_rolling_update",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Stand-in for what staging finds",
+                    "ansible.builtin.set_fact": {
+                        "sglang_rollout_pending": "{{ fake_pending | default(true) }}",
+                        "sglang_rollout_resume": {},
+                    },
+                },
+                {
+                    "name": "The real plan input",
+                    "ansible.builtin.include_role": {
+                        "name": "sglang_rollout",
+                        "tasks_from": "plan_input.yml",
+                    },
+                },
+            ],
+        },
+    ]
+
+
 def plays(tmp: Path) -> dict[str, Path]:
     """The bench's own playbooks (the ones that are not the project's)."""
     rollout = yaml.safe_load((ROOT / "playbooks" / "rollout.yml").read_text())
-    stand_in_stage = {
-        "name": "Stand-in staging",
-        "hosts": "sglang_nodes",
-        "gather_facts": False,
-        "tasks": [
-            {
-                "name": "Queue",
-                "ansible.builtin.add_host": {"name": "{{ item }}", "groups": "sglang_rolling_update"},
-                "loop": "{{ groups['sglang_nodes'] }}",
-                "run_once": True,
-                "changed_when": False,
-            },
-            {
-                "name": "Stand-in for what staging finds",
-                "ansible.builtin.set_fact": {"sglang_rollout_pending": True, "sglang_rollout_resume": {}},
-            },
-            {
-                "name": "The real plan input",
-                "ansible.builtin.include_role": {"name": "sglang_rollout", "tasks_from": "plan_input.yml"},
-            },
-        ],
-    }
     # The roles' defaults and variables once for the play (vars_files), then one task on every node that
     # evaluates every role's per-host expressions.
     files = [
@@ -132,7 +153,7 @@ def plays(tmp: Path) -> dict[str, Path]:
                 "tasks": [{"name": "Nothing", "ansible.builtin.set_fact": {"bench": 1}}],
             }
         ],
-        "plan": [stand_in_stage, rollout[1]],
+        "plan": [*stand_in_plays(), rollout[1]],
         "expressions": [
             {
                 "name": "Expressions",

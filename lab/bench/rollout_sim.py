@@ -33,6 +33,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+sys.path.insert(0, str(ROOT / "lab" / "bench"))
+from benchlib import rollout_sim_row  # noqa: E402
 from rollout_plan import budget_check, floor_check, plan  # noqa: E402
 
 # Seconds (low, high) per phase of one replica's switch.
@@ -158,26 +160,12 @@ def run_all() -> dict[str, Any]:
     return {"benchmark": "rollout_sim", "profiles": PROFILES, "scenarios": results}
 
 
-def report(record: dict[str, Any]) -> str:
-    lines = []
-    for s in record["scenarios"]:
-        hw, lab = s["hardware"], s["lab"]
-        lines.append(
-            f"{s['name']}: {hw['batches_run']}/{hw['batches_planned']} batches; hardware {hw['hours']} h, "
-            f"lab {lab['hours'] * 60:.0f} min; fewest in the router {hw['fewest_in_router']} "
-            f"(floor {hw['floor']})"
-            + (f"; restored {', '.join(hw['restored'])}" if hw["restored"] else "")
-            + (f"; stopped: {hw['stopped']}" if hw["stopped"] else "")
-        )
-    return "\n".join(lines)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     record = run_all()
-    print(report(record))
+    print(rollout_sim_row(record)[0].replace("; ", "\n"))
     if args.json:
         args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -22,27 +22,12 @@ from chat_server import serving
 from controller_play import ROOT, ansible_playbook
 from test_validate_gate_play import ADMIN_KEY, Router
 
+sys.path.insert(0, str(ROOT / "lab" / "bench"))
+from controller_scale import stand_in_plays  # the bench's stand-ins for staging
+
 ROLLOUT = yaml.safe_load((ROOT / "playbooks" / "rollout.yml").read_text())
 PLAN_PLAY, ROLL_PLAY, END_PLAY = ROLLOUT[1], ROLLOUT[2], ROLLOUT[3]
 
-STAGE = {
-    "name": "Stand-in staging: every node has something to change",
-    "hosts": "sglang_rolling_update",
-    "gather_facts": False,
-    "tasks": [
-        {
-            "name": "Stand-in for what staging finds",
-            "ansible.builtin.set_fact": {
-                "sglang_rollout_pending": "{{ fake_pending | default(true) }}",
-                "sglang_rollout_resume": {},
-            },
-        },
-        {
-            "name": "The real plan input",
-            "ansible.builtin.include_role": {"name": "sglang_rollout", "tasks_from": "plan_input.yml"},
-        },
-    ],
-}
 SWITCH = [
     {
         "name": "Stand-in switch: record the batch",
@@ -68,22 +53,8 @@ def playbook(tmp_path: Path) -> Path:
         t if "tasks_from" in t.get("ansible.builtin.include_role", {}) else SWITCH for t in roll["tasks"]
     ]
     roll["tasks"] = [x for t in roll["tasks"] for x in (t if isinstance(t, list) else [t])]
-    queue = {
-        "name": "Queue the nodes",
-        "hosts": "sglang_nodes",
-        "gather_facts": False,
-        "tasks": [
-            {
-                "name": "Queue",
-                "ansible.builtin.add_host": {"name": "{{ item }}", "groups": "sglang_rolling_update"},
-                "loop": "{{ groups['sglang_nodes'] }}",
-                "run_once": True,
-                "changed_when": False,
-            }
-        ],
-    }
     path = tmp_path / "rollout.yml"
-    path.write_text(yaml.safe_dump([queue, STAGE, PLAN_PLAY, roll, END_PLAY], sort_keys=False))
+    path.write_text(yaml.safe_dump([*stand_in_plays(), PLAN_PLAY, roll, END_PLAY], sort_keys=False))
     # The role is found from the project (roles_path in ansible.cfg), the playbook sits in tmp_path.
     return path
 
