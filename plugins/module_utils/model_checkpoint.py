@@ -317,11 +317,11 @@ def hash_files(
     on a core of its own. The largest files start first, so that the last to finish is a small one."""
     ordered = sorted(jobs, key=lambda job: -job[3])
     if workers <= 1 or len(ordered) <= 1:
-        for key, path, blob, _ in ordered:
+        for key, path, blob, _size in ordered:
             yield key, hash_file(path, blob=blob)
         return
     with ThreadPoolExecutor(max_workers=min(workers, len(ordered))) as pool:
-        futures = {pool.submit(hash_file, path, blob): key for key, path, blob, _ in ordered}
+        futures = {pool.submit(hash_file, path, blob): key for key, path, blob, _size in ordered}
         for future in as_completed(futures):
             yield futures[future], future.result()
 

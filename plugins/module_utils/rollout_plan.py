@@ -98,7 +98,7 @@ def plan(
         rest = rest[sets["canary"] :]
     step = sets["batch_size"]
     groups += [("batch", rest[i : i + step]) for i in range(0, len(rest), step)]
-    widest = max((len(g) for _, g in groups), default=0)
+    widest = max((len(members) for _kind, members in groups), default=0)
     if widest and fleet - widest < sets["floor"]:
         raise PlanError(
             f"a batch of {widest} replica(s) would leave {fleet - widest} of the fleet's {fleet} "
@@ -235,7 +235,7 @@ def rolled_replicas(
     return {
         "replicas": replicas,
         "left_out": left_out,
-        "values": {k: v for k, (v, _) in seen.items()},
+        "values": {k: v for k, (v, _host) in seen.items()},
         "fleet": len(topology["replicas"]),
     }
 

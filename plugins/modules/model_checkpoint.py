@@ -443,7 +443,7 @@ class Verifier:
         if source is not None:  # the source's digests first, where the hub gives none
             unknown = [p for p in stats if self.remote[p].sha256 is None and p not in self.source_sha]
             jobs = [(p, Path(source) / p, False, self.remote[p].size) for p in unknown]
-            for path, (sha256, _) in hash_files(jobs, workers):
+            for path, (sha256, _blob) in hash_files(jobs, workers):
                 self.source_sha[path] = sha256
                 self.hashed_files += 1
                 self.hashed_bytes += self.remote[path].size
