@@ -135,8 +135,13 @@ def test_a_batch_that_would_break_the_floor_never_leaves(tmp_path: Path) -> None
 
 def test_the_failure_budget_lets_the_rollout_go_on_then_stops_it(tmp_path: Path) -> None:
     fails = ["-e", json.dumps({"fake_fail": ["n2", "n5"]})]
+    # With --limit, as an operator rolls part of a fleet: localhost is out of the limit, and the run must
+    # still end failed, naming the restored replicas.
     within, _, ran, _ = run(
-        tmp_path, 6, {"sglang_rolling_failure_budget": 2, "sglang_rolling_min_healthy": 0}, extra=fails
+        tmp_path,
+        6,
+        {"sglang_rolling_failure_budget": 2, "sglang_rolling_min_healthy": 0},
+        extra=[*fails, "--limit", "sglang_nodes"],
     )
     assert len(ran) == 6
     assert within.returncode != 0
