@@ -1,8 +1,8 @@
 """The batches of a rolling update (or rollback), and the checks between them.
 
 Pure functions over plain data, for the rollout's plan play (filter ``glm5_rollout_plan``), its batches
-(``glm5_rollout_floor``, ``glm5_rollout_budget``), the unit tests and the rollout simulation
-(lab/bench/rollout_sim.py), which runs these very functions over a simulated fleet.
+(``glm5_rollout_floor``, ``glm5_rollout_budget``), the unit tests and the rollout simulation of
+docs/benchmarks.md (P7), which runs these very functions over a simulated fleet.
 
 A plan is made after every replica staged the update, so it knows which replicas have something to change
 (``pending``) and which carry the record of a switch an interrupted run left (``resume``):
