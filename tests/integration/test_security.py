@@ -187,7 +187,8 @@ def test_no_secret_in_router_or_validate_runs_and_router_prunes_a_stray_worker(r
     validate = run_playbook("playbooks/validate.yml", verbosity=3)
     for run in (router, validate):
         assert set(run.stats.get("failures", {})) <= {NAN_NODE}, run.stats
-        assert len(run.stdout) > 50_000, "the -vvv output is missing"
+        # -vvv's own lines (validate.yml routes the fleet in one task now: its output is about 40 kB, not 50).
+        assert "ESTABLISH " in run.stdout and "task path: " in run.stdout, "the -vvv output is missing"
         assert leaks(run.stdout) == [] and leaks(json.dumps(run.events)) == []
     # no_log hides the item's result (and its `changed`); the item's event and the host's count remain.
     pruned = [
