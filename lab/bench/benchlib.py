@@ -194,6 +194,31 @@ def rollout_sim_row(p7: Mapping[str, Any]) -> tuple[str, str]:
     return "; ".join(parts), "; ".join(ratios)
 
 
+CONTROLLER_COSTS = {
+    "inputs": "the inputs play",
+    "plan": "the plan play",
+    "expressions": "the roles' per-host expressions",
+    "baseline": "one trivial task",
+}
+
+
+def controller_scale_row(p8: Mapping[str, Any]) -> tuple[str, str]:
+    """P8's measured and ratio cells: CPU ms per host at each size, and each size's ratio to the smallest."""
+    runs = p8["runs"]
+    measured = "; ".join(
+        f"{run['nodes']} hosts: "
+        + ", ".join(f"{CONTROLLER_COSTS[k]} {v:.0f} ms" for k, v in run["per_host_cpu_ms"].items())
+        for run in runs
+    )
+    first = runs[0]["nodes"]
+    ratios = "; ".join(
+        f"{run['nodes']} / {first} hosts: "
+        + ", ".join(f"{CONTROLLER_COSTS[k]} {v:.2f}x" for k, v in run["ratio_to_first"].items() if v)
+        for run in runs[1:]
+    )
+    return "controller CPU per host: " + measured, ratios + " (target: at most 1.2x at 1024 against 16)"
+
+
 def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
     """(figure, measured, ratio, date, command) for each figure present, P1..P4, P6, then P5."""
     out: list[tuple[str, str, str, str, str]] = []
@@ -322,6 +347,16 @@ def rows(figures: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, 
     if p7:
         out.append(
             ("P7 rolling update of 256 replicas, simulated", *rollout_sim_row(p7), p7["date"], p7["command"])
+        )
+    p8 = figures.get("P8")
+    if p8:
+        out.append(
+            (
+                "P8 controller cost per host as the fleet grows",
+                *controller_scale_row(p8),
+                p8["date"],
+                p8["command"],
+            )
         )
     p5 = figures.get("P5")
     if p5:

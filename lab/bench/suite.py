@@ -16,6 +16,9 @@ Figures (each writes docs/benchmarks/<figure>.json; a figure not run keeps its l
   P7  a rolling update of 256 replicas, simulated over the real planner (lab/bench/rollout_sim.py): batches,
       hours with hardware and with lab phase durations, the fewest replicas in the router against the floor,
       the failure budget at work. No lab: seconds.
+  P8  controller cost per host as the fleet grows (lab/bench/controller_scale.py): the inputs play, the plan
+      play and the roles' per-host expressions over 16, 256 and 1024 fake hosts, and their ratio to 16. No
+      lab: controller-only plays.
   P6  a node whose weights turn NaN while it serves (tests/integration/test_serving_safety.py: swapped to the
       NaN copy by hand under 4 clients): with the fail-stop (make test's test) and with the guard alone (the
       bench-only test, fail-stop off), side by side: wrong answers, failed requests, time to out.
@@ -46,7 +49,16 @@ import yaml  # noqa: E402
 DOCS = ROOT / "docs"
 RECORDS = DOCS / "benchmarks"
 LOGS = ROOT / "build" / "bench" / "logs"
-FIGURES = ("P7", "P2", "P1", "P3", "P4", "P6", "P5")  # the order they run in: P2 starts from an empty lab
+FIGURES = (
+    "P7",
+    "P8",
+    "P2",
+    "P1",
+    "P3",
+    "P4",
+    "P6",
+    "P5",
+)  # the order they run in: P2 starts from an empty lab
 
 
 def say(message: str) -> None:
@@ -229,6 +241,15 @@ def p7(_sizes: list[int]) -> dict[str, Any]:
     return {**record, **stamp("python lab/bench/rollout_sim.py")}
 
 
+def p8(_sizes: list[int]) -> dict[str, Any]:
+    command = [sys.executable, "lab/bench/controller_scale.py", "--sizes", "16,256,1024"]
+    with tempfile.TemporaryDirectory(prefix="glm5-bench-") as tmp:
+        dest = Path(tmp) / "p8.json"
+        run("p8-controller-scale", [*command, "--json", str(dest)])
+        record = json.loads(dest.read_text(encoding="utf-8"))
+    return {**record, **stamp("python lab/bench/controller_scale.py --sizes 16,256,1024")}
+
+
 def p5(_sizes: list[int]) -> dict[str, Any]:
     seconds, _ = run("p5-make-test", ["make", "--no-print-directory", "test"])
     return {**stamp("make test"), "seconds": round(seconds, 1), "rc": 0}
@@ -278,7 +299,7 @@ def main() -> int:
         parser.error(f"unknown figures {unknown}; known: {', '.join(sorted(FIGURES))}")
     sizes = [int(s) for s in args.sizes.split(",")]
     RECORDS.mkdir(parents=True, exist_ok=True)
-    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7}
+    measure = {"P1": p1, "P2": p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7, "P8": p8}
     if not args.render_only:
         for figure in (f for f in FIGURES if f in wanted):
             say(f"{figure}: measuring")

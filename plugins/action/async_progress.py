@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import time
 
 from ansible.plugins.action import ActionBase
@@ -20,7 +21,9 @@ from ansible_collections.glm5.deploy.plugins.module_utils.progress import progre
 class ActionModule(ActionBase):
     """async_status plus the job's progress line."""
 
-    _VALID_ARGS = frozenset(("jid", "started", "progress_file", "measure_path", "expected_bytes"))
+    _VALID_ARGS = frozenset(
+        ("jid", "started", "progress_file", "measure_path", "expected_bytes", "release_slot")
+    )
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -50,7 +53,15 @@ class ActionModule(ActionBase):
                 line = str(record.get("line") or "")
                 done, total = record.get("done"), record.get("total")
             except (ValueError, TypeError, AttributeError):
-                pass
+                record = {}
+            if not isinstance(record, dict):
+                record = {}
+            slot = args.get("release_slot")
+            if slot and record.get("waiting_for") == slot and not result.get("finished"):
+                # The job waits for its slot, and this task runs for the node: its slot is now (with throttle
+                # on this task, at most that many nodes are here at once). The job deletes the file.
+                self._low_level_execute_command(f"touch -- {shlex.quote(slot)}")
+                line = "given its download slot"
         about = False
         if args.get("measure_path"):
             measured = self._execute_module(

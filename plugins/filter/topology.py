@@ -2,8 +2,11 @@
 
     {{ groups | sglang_topology }}
         -> {replicas: [{name, hosts, leader}], hosts: {host: {replica, rank, nnodes, leader}}}
-    {{ topology | sglang_node_settings(inventory_hostname, hostvars, dist_port) }}
+    {{ inventory_hostname | sglang_place(group_names, groups) }}
+        -> {replica, rank, nnodes, leader, hosts}: the node's place, from its own groups alone
+    {{ place | sglang_place_settings(hostvars, dist_port) }}
         -> {} or {nnodes, node_rank, dist_init_addr} (rank 0's address)
+    {{ topology | sglang_node_settings(inventory_hostname, hostvars, dist_port) }} -> the same, by topology
     {{ topology | sglang_rolling_batches(ansible_play_hosts_all, replicas_per_batch) }}
         -> {hosts: [replica by replica], serial: [batch sizes], batches}
     {{ topology | sglang_router_workers(hostvars) }}
@@ -44,8 +47,10 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     node_scheme,
     node_settings,
     nodes_ca_path,
+    place_settings,
     registration_plan,
     replica_peers,
+    replica_place,
     replica_topology,
     replica_url,
     rolling_batches,
@@ -98,6 +103,21 @@ def sglang_node_settings(
     if place is None:  # not a serving node (a role test's lone host): a replica of its own
         return {}
     return _guard(node_settings, topology, host, _address(hostvars, place["leader"]), int(dist_port))
+
+
+def sglang_place(
+    host: str, group_names: Sequence[str], groups: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
+    """``host``'s place in its replica, from its own groups: only its replica group's members are read, so a
+    node's tasks pay nothing for the size of the fleet (sglang_topology reads every node)."""
+    return _guard(replica_place, str(host), [str(g) for g in group_names], groups)
+
+
+def sglang_place_settings(place: Mapping[str, Any], hostvars: Any, dist_port: int) -> dict[str, Any]:
+    """--nnodes/--node-rank/--dist-init-addr for a node at ``place`` (none for a single-node replica)."""
+    if int(place["nnodes"]) == 1:
+        return {}
+    return _guard(place_settings, place, _address(hostvars, str(place["leader"])), int(dist_port))
 
 
 def sglang_rolling_batches(
@@ -176,6 +196,8 @@ class FilterModule:
         return {
             "sglang_topology": sglang_topology,
             "sglang_node_settings": sglang_node_settings,
+            "sglang_place": sglang_place,
+            "sglang_place_settings": sglang_place_settings,
             "sglang_rolling_batches": sglang_rolling_batches,
             "sglang_router_workers": sglang_router_workers,
             "sglang_replica_url": sglang_replica_url,

@@ -74,6 +74,39 @@ def replica_topology(
     return {"replicas": replicas, "hosts": by_host}
 
 
+def replica_place(
+    host: str,
+    group_names: Iterable[str],
+    members_of: Mapping[str, Sequence[str]],
+    prefix: str = REPLICA_GROUP_PREFIX,
+) -> dict[str, Any]:
+    """``host``'s place in its replica from its own groups alone (``group_names``, and the members of its one
+    ``<prefix>*`` group in ``members_of``): ``{"replica", "rank", "nnodes", "leader", "hosts"}``, as
+    replica_topology's ``hosts[host]`` plus the replica's hosts. A host in no such group is a replica of
+    its own.
+
+    A node's tasks ask for their place many times a run; unlike replica_topology, the cost does not grow
+    with the fleet. That the replica groups hold only serving nodes is the inventory contract's check, once
+    a run."""
+    own = sorted(str(g) for g in group_names if str(g).startswith(prefix))
+    if len(own) > 1:
+        raise TopologyError(
+            f"{host} is in two replica groups ({own[0]} and {own[1]}); a node serves one replica"
+        )
+    if not own:
+        return {"replica": host, "rank": 0, "nnodes": 1, "leader": host, "hosts": [host]}
+    hosts = list(dict.fromkeys(str(h) for h in members_of[own[0]]))
+    if host not in hosts:
+        raise TopologyError(f"{host} is not among the hosts of its replica group {own[0]}")
+    return {
+        "replica": own[0].removeprefix(prefix),
+        "rank": hosts.index(host),
+        "nnodes": len(hosts),
+        "leader": hosts[0],
+        "hosts": hosts,
+    }
+
+
 # Where the router role writes the CA bundle its clients trust (world-readable: the guard is a DynamicUser).
 ROUTER_CA_FILE = "/etc/glm5-deploy/router-ca.pem"
 
@@ -127,6 +160,12 @@ def node_settings(
     place = topology["hosts"].get(host)
     if place is None:
         raise TopologyError(f"{host} is not a serving node (not in sglang_nodes)")
+    return place_settings(place, leader_address, dist_port)
+
+
+def place_settings(place: Mapping[str, Any], leader_address: str, dist_port: int) -> dict[str, Any]:
+    """The sglang settings of a node at ``place`` in its replica (replica_place): empty for a single-node
+    replica, else --nnodes, --node-rank and --dist-init-addr (rank 0's address and ``dist_port``)."""
     if place["nnodes"] == 1:
         return {}
     if not 0 < int(dist_port) < 65536:

@@ -31,6 +31,12 @@ options:
   expected_bytes:
     description: The size O(measure_path) is expected to reach (an estimate; the line says 'about').
     type: int
+  release_slot:
+    description:
+      - The slot file of a job that waits for one (M(glm5.deploy.model_checkpoint)'s
+        O(glm5.deploy.model_checkpoint#module:slot_file)). While the job's progress file says it waits for
+        this very file, the action creates it. Put C(throttle) on the task to bound the jobs that run at once.
+    type: path
 attributes:
   check_mode:
     description: As async_status.

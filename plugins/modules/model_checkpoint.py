@@ -86,6 +86,18 @@ options:
         uses a core). 0, the cores the module may run on.
     type: int
     default: 0
+  slot_file:
+    description:
+      - Before it reads or writes anything (outside check mode), wait for a slot from the controller - until
+        this file exists. The job names the file in its progress file (C(waiting_for)) while it waits; the
+        action M(glm5.deploy.async_progress) creates it when its task runs for the node
+        (O(glm5.deploy.async_progress#module:release_slot), the same path), and the job deletes it. With
+        C(throttle) on that task, at most that many nodes fetch at once (the role's
+        C(model_checkpoint_concurrent_downloads)).
+      - Give each run its own path (the role names it by the run's start time), so that a job a killed run
+        left waiting never takes the next run's slot.
+      - The time waited is in RV(timings) as C(slot).
+    type: path
 attributes:
   check_mode:
     description: Reads metadata and hashes present files; deletes and downloads nothing.
@@ -201,7 +213,7 @@ manifest:
   type: str
   sample: /var/lib/sglang/models/GLM-5-NVFP4/.cache/glm5-deploy/manifest.json
 timings:
-  description: Seconds spent per phase (metadata, cleanup, verify, download, total).
+  description: Seconds spent per phase (slot, metadata, cleanup, verify, download, total).
   returned: success
   type: dict
   sample: {metadata: 0.4, cleanup: 0.0, verify: 0.01, download: 0.0, total: 0.5}
@@ -274,13 +286,18 @@ class Run:
     def timed(self, phase: str, started: float) -> None:
         self.timings[phase] = round(self.timings.get(phase, 0.0) + time.monotonic() - started, 3)
 
-    def report(self, line: str, done: int | None = None, total: int | None = None) -> None:
+    def report(
+        self, line: str, done: int | None = None, total: int | None = None, waiting_for: str | None = None
+    ) -> None:
         """Record the progress line, with the bytes done and the total when the phase counts them (for the
-        result, and for anyone watching the progress file: the action async_progress)."""
+        result, and for anyone watching the progress file: the action async_progress), and the slot file the
+        job waits for, if it waits."""
         self.line = line
         if self.module.check_mode or not self.state_dir.is_dir():
             return
         record = {"pid": os.getpid(), "line": line, "updated": time.time(), "done": done, "total": total}
+        if waiting_for:
+            record["waiting_for"] = waiting_for
         tmp = self.progress_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record) + "\n")
         tmp.replace(self.progress_path)
@@ -305,6 +322,16 @@ class Run:
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
+
+
+def wait_for_slot(run: Run, slot: Path, poll: float = 1.0) -> None:
+    """Wait until the controller gives this job its slot: until ``slot`` exists (the progress record names it
+    meanwhile, as ``waiting_for``); then delete it."""
+    run.state_dir.mkdir(parents=True, exist_ok=True)
+    run.report("waiting for a download slot (other nodes are fetching)", waiting_for=str(slot))
+    while not slot.exists():
+        time.sleep(poll)
+    slot.unlink(missing_ok=True)
 
 
 # --- metadata ------------------------------------------------------------------------------------------
@@ -561,6 +588,10 @@ def make_world_readable(run: Run, paths: list[str]) -> bool:
 def execute(run: Run) -> dict[str, Any]:
     p = run.params
     began = time.monotonic()
+    if p["slot_file"] and not run.module.check_mode:
+        t = time.monotonic()
+        wait_for_slot(run, Path(p["slot_file"]))
+        run.timed("slot", t)
     if not run.module.check_mode:
         run.lock()
         run.report("reading the revision's file list")
@@ -722,6 +753,7 @@ def main() -> None:
             "min_free_margin_gb": {"type": "float", "default": 20},
             "rehash": {"type": "bool", "default": False},
             "verify_workers": {"type": "int", "default": 0},
+            "slot_file": {"type": "path"},
         },
         supports_check_mode=True,
     )

@@ -143,11 +143,32 @@ def test_docs_benchmarks_md_is_what_the_records_render_to() -> None:
     figures = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(RECORDS.glob("P*.json"))}
     # Every figure once make bench has run; P5 (make test) is measured by running this very suite, so while
     # it runs the page holds the others.
-    assert figures and set(figures) <= {"P1", "P2", "P3", "P4", "P5", "P6", "P7"}, "run make bench"
+    assert figures and set(figures) <= {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"}, "run make bench"
     plots = sorted(str(p) for p in RECORDS.glob("*.png"))
     assert plots, "make bench draws plots beside the records"
     expected = benchlib.render_markdown(figures, plots, benchlib.read_history(RECORDS))
     assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == expected
+
+
+def test_the_controller_scale_row_gives_each_size_and_its_ratio_to_the_smallest() -> None:
+    def run(nodes: int, inputs: float, ratio: dict | None = None) -> dict:
+        per_host = {"baseline": 8.0, "inputs": inputs, "plan": 130.0, "expressions": 150.0}
+        return {"nodes": nodes, "per_host_cpu_ms": per_host, **({"ratio_to_first": ratio} if ratio else {})}
+
+    p8 = {
+        "date": "2026-12-05",
+        "command": "python lab/bench/controller_scale.py",
+        "runs": [
+            run(16, 1000.0),
+            run(1024, 1100.0, {"baseline": 3.0, "inputs": 1.1, "plan": 1.0, "expressions": 1.0}),
+        ],
+    }
+    (row,) = benchlib.rows({"P8": p8})
+    assert row[0] == "P8 controller cost per host as the fleet grows"
+    assert "16 hosts: one trivial task 8 ms, the inputs play 1000 ms, the plan play 130 ms" in row[1], row[1]
+    assert "1024 / 16 hosts: one trivial task 3.00x, the inputs play 1.10x, the plan play 1.00x" in row[2], (
+        row[2]
+    )
 
 
 def test_the_throughput_while_a_batch_is_out() -> None:

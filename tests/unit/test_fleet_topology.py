@@ -8,7 +8,9 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     find_worker,
     healthy_workers,
     node_settings,
+    place_settings,
     registration_plan,
+    replica_place,
     replica_topology,
     rolling_batches,
     worker_url,
@@ -46,6 +48,43 @@ def test_a_replica_member_outside_the_serving_nodes_is_refused() -> None:
 
 def test_an_empty_replica_group_is_ignored() -> None:
     assert len(replica_topology(NODES, {"sglang_replica_none": []})["replicas"]) == 4
+
+
+def groups_of(host: str, groups: dict[str, list[str]]) -> list[str]:
+    return [g for g, members in groups.items() if host in members]
+
+
+@pytest.mark.parametrize(
+    "replica_groups",
+    [
+        {},
+        {"sglang_replica_tp16": ["n3", "n2"]},
+        {"sglang_replica_a": ["n1", "n2"], "sglang_replica_b": ["n4", "n3"]},
+    ],
+)
+def test_a_nodes_place_from_its_own_groups_is_its_place_in_the_topology(replica_groups: dict) -> None:
+    groups = {"all": NODES, "sglang_nodes": NODES, "other": ["n1"], **replica_groups}
+    topo = replica_topology(NODES, groups)
+    for host in NODES:
+        place = replica_place(host, groups_of(host, groups), groups)
+        replica = next(r for r in topo["replicas"] if host in r["hosts"])
+        assert place == {**topo["hosts"][host], "hosts": replica["hosts"]}, host
+        assert place_settings(place, "10.0.0.9", 20000) == node_settings(topo, host, "10.0.0.9", 20000)
+
+
+def test_a_nodes_place_reads_no_group_but_its_replicas() -> None:
+    class OnlyItsReplica(dict):
+        def __getitem__(self, key: str) -> list[str]:
+            assert key == "sglang_replica_a", f"read group {key}"
+            return ["n1", "n2"]
+
+    assert replica_place("n2", ["sglang_nodes", "sglang_replica_a"], OnlyItsReplica())["rank"] == 1
+    assert replica_place("gw", ["sglang_router"], OnlyItsReplica())["hosts"] == ["gw"]
+
+
+def test_a_node_in_two_replica_groups_has_no_place() -> None:
+    with pytest.raises(TopologyError, match="n2 is in two replica groups"):
+        replica_place("n2", ["sglang_replica_b", "sglang_replica_a"], {})
 
 
 def test_node_settings_render_ranks_and_the_leaders_address() -> None:
