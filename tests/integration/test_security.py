@@ -327,8 +327,16 @@ DOORS = [
 def test_each_key_opens_one_door(what: str, url: str, method: str, body, expected: dict[str, int]) -> None:
     # The client waits longer than the flush may (FLUSH_WAIT): a busy node answers the flush when it is idle.
     wait = FLUSH_WAIT + 10
-    got = {key: http_from("lab-gateway", url, key, method, body, timeout=wait)[0] for key in expected}
-    assert got == expected, what
+
+    def door(key: str) -> tuple[int, str]:
+        # No HTTP status at all (0: the connection was refused, reset or timed out) says nothing of the key:
+        # asked once more. Once, in a CI rehearsal, a node's /v1 gave one such 0 between four 401s.
+        answer = http_from("lab-gateway", url, key, method, body, timeout=wait)
+        return answer if answer[0] else http_from("lab-gateway", url, key, method, body, timeout=wait)
+
+    answers = {key: door(key) for key in expected}
+    got = {key: status for key, (status, _) in answers.items()}
+    assert got == expected, (what, {key: text[:300] for key, (status, text) in answers.items() if not status})
 
 
 def test_the_router_serves_no_server_info_and_the_nodes_show_their_keys_to_their_key_alone() -> None:
