@@ -49,16 +49,8 @@ import yaml  # noqa: E402
 DOCS = ROOT / "docs"
 RECORDS = DOCS / "benchmarks"
 LOGS = ROOT / "build" / "bench" / "logs"
-FIGURES = (
-    "P7",
-    "P8",
-    "P2",
-    "P1",
-    "P3",
-    "P4",
-    "P6",
-    "P5",
-)  # the order they run in: P2 starts from an empty lab
+# The order they run in: P2 starts from an empty lab.
+FIGURES = ("P7", "P8", "P2", "P1", "P3", "P4", "P6", "P5")
 
 
 def say(message: str) -> None:

@@ -6,7 +6,6 @@
         -> {replica, rank, nnodes, leader, hosts}: the node's place, from its own groups alone
     {{ place | sglang_place_settings(hostvars, dist_port) }}
         -> {} or {nnodes, node_rank, dist_init_addr} (rank 0's address)
-    {{ topology | sglang_node_settings(inventory_hostname, hostvars, dist_port) }} -> the same, by topology
     {{ topology | sglang_rolling_batches(ansible_play_hosts_all, replicas_per_batch) }}
         -> {hosts: [replica by replica], serial: [batch sizes], batches}
     {{ topology | sglang_router_workers(hostvars) }}
@@ -45,7 +44,6 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     healthy_workers,
     in_flight_requests,
     node_scheme,
-    node_settings,
     nodes_ca_path,
     place_settings,
     registration_plan,
@@ -95,16 +93,6 @@ def _topology(key: tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...
     return _guard(replica_topology, list(nodes), {g: list(h) for g, h in replica_groups})
 
 
-def sglang_node_settings(
-    topology: Mapping[str, Any], host: str, hostvars: Any, dist_port: int
-) -> dict[str, Any]:
-    """--nnodes/--node-rank/--dist-init-addr for ``host`` (none for a single-node replica)."""
-    place = topology["hosts"].get(host)
-    if place is None:  # not a serving node (a role test's lone host): a replica of its own
-        return {}
-    return _guard(node_settings, topology, host, _address(hostvars, place["leader"]), int(dist_port))
-
-
 def sglang_place(
     host: str, group_names: Sequence[str], groups: Mapping[str, Sequence[str]]
 ) -> dict[str, Any]:
@@ -115,7 +103,7 @@ def sglang_place(
 
 def sglang_place_settings(place: Mapping[str, Any], hostvars: Any, dist_port: int) -> dict[str, Any]:
     """--nnodes/--node-rank/--dist-init-addr for a node at ``place`` (none for a single-node replica)."""
-    if int(place["nnodes"]) == 1:
+    if int(place["nnodes"]) == 1:  # before the leader's variables are read: a one-node replica needs none
         return {}
     return _guard(place_settings, place, _address(hostvars, str(place["leader"])), int(dist_port))
 
@@ -195,7 +183,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_topology": sglang_topology,
-            "sglang_node_settings": sglang_node_settings,
             "sglang_place": sglang_place,
             "sglang_place_settings": sglang_place_settings,
             "sglang_rolling_batches": sglang_rolling_batches,

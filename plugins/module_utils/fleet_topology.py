@@ -153,16 +153,6 @@ def replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
     return [h for h in replica["hosts"] if h != host]
 
 
-def node_settings(
-    topology: Mapping[str, Any], host: str, leader_address: str, dist_port: int
-) -> dict[str, Any]:
-    """The sglang settings that place ``host`` in its replica: empty for a single-node replica."""
-    place = topology["hosts"].get(host)
-    if place is None:
-        raise TopologyError(f"{host} is not a serving node (not in sglang_nodes)")
-    return place_settings(place, leader_address, dist_port)
-
-
 def place_settings(place: Mapping[str, Any], leader_address: str, dist_port: int) -> dict[str, Any]:
     """The sglang settings of a node at ``place`` in its replica (replica_place): empty for a single-node
     replica, else --nnodes, --node-rank and --dist-init-addr (rank 0's address and ``dist_port``)."""

@@ -17,7 +17,8 @@ NODES = ("n1", "n2", "n3")
 POLL = 1
 
 
-def playbook(tmp_path: Path, concurrent: int) -> Path:
+def playbook(tmp_path: Path, concurrent: int) -> tuple[Path, Path, Path]:
+    """The inventory, the playbook, and the file the play writes each node's result to."""
     source = tmp_path / "source"
     source.mkdir(exist_ok=True)
     (source / "config.json").write_text('{"model_type": "gpt2"}\n')

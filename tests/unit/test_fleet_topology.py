@@ -7,7 +7,6 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     TopologyError,
     find_worker,
     healthy_workers,
-    node_settings,
     place_settings,
     registration_plan,
     replica_place,
@@ -66,10 +65,9 @@ def test_a_nodes_place_from_its_own_groups_is_its_place_in_the_topology(replica_
     groups = {"all": NODES, "sglang_nodes": NODES, "other": ["n1"], **replica_groups}
     topo = replica_topology(NODES, groups)
     for host in NODES:
-        place = replica_place(host, groups_of(host, groups), groups)
+        where = replica_place(host, groups_of(host, groups), groups)
         replica = next(r for r in topo["replicas"] if host in r["hosts"])
-        assert place == {**topo["hosts"][host], "hosts": replica["hosts"]}, host
-        assert place_settings(place, "10.0.0.9", 20000) == node_settings(topo, host, "10.0.0.9", 20000)
+        assert where == {**topo["hosts"][host], "hosts": replica["hosts"]}, host
 
 
 def test_a_nodes_place_reads_no_group_but_its_replicas() -> None:
@@ -87,28 +85,35 @@ def test_a_node_in_two_replica_groups_has_no_place() -> None:
         replica_place("n2", ["sglang_replica_b", "sglang_replica_a"], {})
 
 
-def test_node_settings_render_ranks_and_the_leaders_address() -> None:
-    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n1", "n2"]})
-    assert node_settings(topo, "n1", "10.0.0.1", 20000) == {
+TP16 = {"sglang_replica_tp16": ["n1", "n2"]}
+
+
+def place(host: str, groups: dict[str, list[str]] = TP16) -> dict:
+    return replica_place(host, groups_of(host, groups), groups)
+
+
+def test_place_settings_render_ranks_and_the_leaders_address() -> None:
+    assert place_settings(place("n1"), "10.0.0.1", 20000) == {
         "nnodes": 2,
         "node_rank": 0,
         "dist_init_addr": "10.0.0.1:20000",
     }
-    assert node_settings(topo, "n2", "10.0.0.1", 20000)["node_rank"] == 1
-    assert node_settings(topo, "n3", "10.0.0.3", 20000) == {}
-    assert node_settings(topo, "n2", "fd00::1", 20000)["dist_init_addr"] == "[fd00::1]:20000"
+    assert place_settings(place("n2"), "10.0.0.1", 20000)["node_rank"] == 1
+    assert place_settings(place("n3"), "10.0.0.3", 20000) == {}
+    assert place_settings(place("n2"), "fd00::1", 20000)["dist_init_addr"] == "[fd00::1]:20000"
 
 
 @pytest.mark.parametrize("port", [0, 70000])
-def test_node_settings_refuse_a_bad_port(port: int) -> None:
-    topo = replica_topology(NODES, {"sglang_replica_tp16": ["n1", "n2"]})
+def test_place_settings_refuse_a_bad_port(port: int) -> None:
     with pytest.raises(TopologyError, match="not a TCP port"):
-        node_settings(topo, "n1", "10.0.0.1", port)
+        place_settings(place("n1"), "10.0.0.1", port)
 
 
-def test_node_settings_refuse_a_host_outside_the_fleet() -> None:
-    with pytest.raises(TopologyError, match="not a serving node"):
-        node_settings(replica_topology(NODES, {}), "gw", "x", 1)
+def test_a_node_missing_from_its_own_replica_group_has_no_place() -> None:
+    with pytest.raises(
+        TopologyError, match="gw is not among the hosts of its replica group sglang_replica_a"
+    ):
+        replica_place("gw", ["sglang_replica_a"], {"sglang_replica_a": ["n1", "n2"]})
 
 
 def test_rolling_batches_are_whole_replicas() -> None:
