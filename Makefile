@@ -15,7 +15,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 # The recipes' Python writes byte-code (into .venv, the cache's venvs and the project's ignored __pycache__)
 # even where the environment says not to, as container images often do (PYTHONDONTWRITEBYTECODE=1): else every
 # ansible-playbook, molecule, pytest and ansible-lint start compiles all it imports again (make lint: 68.5
-# CPU-s against 45, docs/measurements.md). Python reads an empty value as unset.
+# CPU-s against 45, docs/journal/measurements.md). Python reads an empty value as unset.
 export PYTHONDONTWRITEBYTECODE :=
 
 APT_PACKAGES := podman runc debootstrap python3-venv dpkg-dev gnupg openssh-client openssl nginx
@@ -77,7 +77,7 @@ lab-artifacts: deps venv ## Build the lab's cached artifacts when missing: ssh k
 # Two chains side by side, each mostly one process on one core and partly a download: the image (debootstrap)
 # and the router's wheelhouse; the engine's wheelhouse, its venv, the tiny model trained in it and the mirror
 # that serves it. On a fresh machine 4 min 53 s one after the other, the longer chain about 3 minutes
-# (docs/measurements.md). Each builder prints its own progress lines on stderr, prefixed with its name.
+# (docs/journal/measurements.md). Each builder prints its own progress lines on stderr, prefixed with its name.
 lab-artifacts-locked:
 	$(MAKE) --no-print-directory -j2 lab-artifacts-image lab-artifacts-engine
 

@@ -4,11 +4,11 @@ collection's data tables once, in the controller's main process.
 Ansible runs each task of each host in a process forked from the main one. A plugin that the main process has
 not loaded is loaded again in every such process:
 - the project's filter plugins and the module_utils they import cost about 55 ms of controller CPU per host
-  and task (docs/measurements.md, issue 16);
+  and task (docs/journal/measurements.md, issue 16);
 - a connection plugin named by its FQCN (`ansible_connection: ansible.builtin.ssh`, as the lab's inventory
   has it) has its configuration read again in every task, by parsing its DOCUMENTATION YAML with its
   fragments: ansible-core's main process loads the configuration of the short names only (ssh). That was
-  about a tenth of a no-op site.yml's controller CPU (docs/measurements.md, issue 16, fifth part). The shell
+  about a tenth of a no-op site.yml's controller CPU (docs/journal/measurements.md, issue 16, fifth part). The shell
   and become plugins are preloaded by their FQCNs for the same reason.
 - a lookup plugin is loaded by the task that calls it, with its configuration, so an inventory value that
   calls one (`lookup('ansible.builtin.env', ...)`, as the lab's key path does) parsed the lookup's

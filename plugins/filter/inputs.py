@@ -17,8 +17,8 @@
     {{ groups | sglang_inventory_problems(hostvars, need_router) }}      -> [problem, ...] (the contract)
     {{ certificate | sglang_edge_tls_problems(private_key, plain_http, port) }} -> [problem, ...] (no PEM)
 
-Logic: module_utils/fleet_inputs.py (the settings' aliases from module_utils/sglang_flags.py), the inventory
-contract in module_utils/inventory_contract.py.
+Logic: module_utils/inputs_*.py, one file per family (network, keys, nodes, values, settings; the settings'
+aliases from module_utils/sglang_flags.py), the inventory contract in module_utils/inventory_contract.py.
 """
 
 from __future__ import annotations
@@ -33,20 +33,28 @@ import jinja2
 import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_keys import (
     admin_key_problems,
-    bind_problems,
-    checkpoint_problems,
     edge_tls_problems,
     fleet_key_problems,
+    secret_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
+    bind_problems,
+    low_port_problems,
+    port_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_nodes import (
+    checkpoint_problems,
     gpu_problems,
     lost_gpu_problems,
-    low_port_problems,
-    model_limit_problems,
     os_problems,
-    port_problems,
-    secret_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_settings import (
+    model_limit_problems,
     settings_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_values import (
     spec_inputs,
     value_problems,
 )

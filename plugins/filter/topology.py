@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import connect_host
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
     NODES_CA_FILE,
     REPLICA_GROUP_PREFIX,
@@ -53,6 +52,9 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     replica_url,
     rolling_batches,
     router_endpoint,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
+    connect_host,
 )
 
 DEFAULT_PORT = 30000

@@ -27,12 +27,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import REPLICA_GROUP_PREFIX
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
     is_loopback,
     is_wildcard,
     parse_address,
 )
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import REPLICA_GROUP_PREFIX
 
 NODES = "sglang_nodes"
 ROUTER = "sglang_router"

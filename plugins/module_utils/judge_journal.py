@@ -30,16 +30,6 @@ def check_unit_name(unit: str) -> str | None:
     return None
 
 
-def parse_systemctl_show(text: str) -> dict[str, str]:
-    """``systemctl show -p A -p B UNIT`` output (KEY=VALUE lines) as a dict."""
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
 def journal_command(unit: str, props: Mapping[str, str]) -> tuple[list[str] | None, str]:
     """(journalctl arguments, what they cover) for the unit's log since its last start.
 

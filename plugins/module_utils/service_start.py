@@ -14,11 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import parse_systemctl_show
-
-# The KEY=VALUE parser the inference check's journal reading already uses (``systemctl show``'s lines).
-parse_show = parse_systemctl_show
-
 HEALTHY = "healthy"
 CRASH_LOOP = "crash-loop"
 WAITING = "waiting"

@@ -1,4 +1,4 @@
-"""Quote values for systemd unit files and environment files (pure functions).
+"""Quote values for systemd unit files and environment files, and read ``systemctl show`` (pure functions).
 
 systemd splits ExecStart= into words itself (no shell): double quotes group a word, C-style backslash escapes
 are decoded inside them, `$` starts a variable and `%` a specifier, so both are doubled. An EnvironmentFile=
@@ -14,6 +14,16 @@ from typing import Any
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_systemctl_show(text: str) -> dict[str, str]:
+    """``systemctl show -p A -p B UNIT`` output (KEY=VALUE lines) as a dict."""
+    props = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
 
 
 class SystemdQuoteError(ValueError):

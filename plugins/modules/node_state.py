@@ -118,8 +118,8 @@ drift:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import parse_systemctl_show
 from ansible_collections.glm5.deploy.plugins.module_utils.node_state import UNIT_PROPERTIES, drift
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import parse_systemctl_show
 
 
 def main() -> None:

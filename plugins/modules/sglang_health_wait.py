@@ -140,11 +140,11 @@ from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     WAITING,
     fail_stop_line,
     fail_stop_symptom,
-    parse_show,
     restarts_since,
     start_verdict,
     symptom,
 )
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import parse_systemctl_show
 
 
 def _status(url: str, timeout: float, ca_path: str | None = None) -> tuple[int | None, str]:
@@ -197,7 +197,7 @@ def main() -> None:
         rc, out, err = module.run_command(show)
         if rc != 0:
             module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}")
-        state = parse_show(out)
+        state = parse_systemctl_show(out)
         verdict = start_verdict(status, state, params["restarts_before"], params["crash_restarts"])
         if (
             verdict != HEALTHY

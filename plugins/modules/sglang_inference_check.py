@@ -355,7 +355,6 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
     check_unit_name,
     journal_command,
     journal_read_problem,
-    parse_systemctl_show,
     scan_journal,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
@@ -394,6 +393,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.long_context import (
     LongContextError,
     with_recall_probes,
 )
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import parse_systemctl_show
 
 PROBE_OPTIONS: dict[str, Any] = {
     "name": {"type": "str", "required": True},

@@ -238,7 +238,7 @@ def lab_up(request: pytest.FixtureRequest) -> None:
 # (WORLD_READABLE_TEST) then reads, under RELEASES, only the files created or changed since: a file whose
 # ctime is older than the marker, touched before the early scan began, holds what that scan read. Read cold
 # at that test, beside the checks half's scenarios writing their venvs and shards, the trees took minutes
-# (docs/measurements.md, issue 16, ninth part).
+# (docs/journal/measurements.md, issue 16, ninth part).
 # --------------------------------------------------------------------------------------------------------
 
 RELEASES = "/opt/sglang/releases"

@@ -46,7 +46,7 @@ NAN_DIR = f"{MODELS}/glm5-lab-tiny-nan"
 LOADGEN = "/usr/local/lib/glm5-lab-loadgen"
 LOADGEN_FILES = "/var/tmp/glm5-guard-chaos"
 # Requests a second through the router while the guard works (as molecule/rolling): back to back, the load
-# kept a lab core busy for the whole test (docs/measurements.md, eleventh part).
+# kept a lab core busy for the whole test (docs/journal/measurements.md, eleventh part).
 LOADGEN_RATE = 10
 # Issue 40: at least 4 clients at once through the edge; the router's view polled 5 times a second.
 LOADGEN_CONCURRENCY = 4

@@ -1,22 +1,28 @@
-"""The input checks of module_utils/fleet_inputs.py: each problem names the variable, fine inputs pass."""
+"""The input checks of module_utils/inputs_*.py: each problem names the variable, fine inputs pass."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
-    bind_problems,
-    connect_host,
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_keys import (
     edge_key_problems,
     edge_tls_problems,
     fleet_key_problems,
-    gpu_problems,
-    is_loopback,
     key_sharing_problems,
+    pem_problems,
+    secret_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
+    bind_problems,
+    connect_host,
+    is_loopback,
+    port_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_nodes import (
+    gpu_problems,
     lost_gpu_problems,
     os_problems,
-    pem_problems,
-    port_problems,
-    secret_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_values import (
     spec_inputs,
 )
 from hypothesis import given
@@ -217,7 +223,9 @@ def test_settings_that_are_not_a_mapping_are_refused_by_name() -> None:
 
 
 def test_checkpoint_problems() -> None:
-    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import checkpoint_problems
+    from ansible_collections.glm5.deploy.plugins.module_utils.inputs_nodes import (
+        checkpoint_problems,
+    )
 
     assert checkpoint_problems("nvidia/GLM-5-NVFP4", "a" * 40) == []
     (repo,) = checkpoint_problems("GLM-5-NVFP4", "a" * 40)

@@ -17,7 +17,6 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_journal import (
     check_unit_name,
     journal_command,
     journal_read_problem,
-    parse_systemctl_show,
     scan_journal,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.judge_probes import (
@@ -47,6 +46,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.judge_verdict import (
     judge_transport_error,
     truncate,
 )
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import parse_systemctl_show
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_captures import load, names, server_log

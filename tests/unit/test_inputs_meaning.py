@@ -1,4 +1,4 @@
-"""Inputs mean what they say (module_utils/fleet_inputs.py): sglang_settings the roles own or sglang would
+"""Inputs mean what they say (module_utils/inputs_*.py): sglang_settings the roles own or sglang would
 misread, sglang's ranges, ports below 1024, secrets, URLs, one-line values, hosts, probes, durations. Each
 problem names the variable with its path; a secret or a URL's credentials never show."""
 
@@ -10,23 +10,29 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
-    EXPECT_SAMPLES,
-    PROBE_MAX_TOKENS,
-    ROLE_OWNED_SETTINGS,
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_keys import (
     admin_key_problems,
-    environment_problems,
-    expect_problems,
-    grants_low_ports,
-    host_problems,
-    line_problems,
-    low_port_problems,
-    model_limit_problems,
-    number_problems,
-    probe_problems,
     secret_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
+    grants_low_ports,
+    low_port_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_settings import (
+    ROLE_OWNED_SETTINGS,
+    model_limit_problems,
     setting_number,
     settings_problems,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_values import (
+    EXPECT_SAMPLES,
+    PROBE_MAX_TOKENS,
+    environment_problems,
+    expect_problems,
+    host_problems,
+    line_problems,
+    number_problems,
+    probe_problems,
     url_problems,
     value_problems,
 )
@@ -530,7 +536,9 @@ def test_a_one_line_value_has_no_line_break(value: str) -> None:
 
 
 def test_a_repository_with_a_trailing_line_break_is_not_org_name() -> None:
-    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import checkpoint_problems
+    from ansible_collections.glm5.deploy.plugins.module_utils.inputs_nodes import (
+        checkpoint_problems,
+    )
 
     (problem,) = checkpoint_problems("nvidia/GLM-5-NVFP4\n", "a" * 40)
     assert problem.startswith("model_checkpoint_repo must be a Hugging Face repository")
@@ -602,7 +610,9 @@ def test_a_service_environment() -> None:
 
 
 def test_the_role_owns_the_environment_it_sets() -> None:
-    from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import ROLE_OWNED_ENVIRONMENT
+    from ansible_collections.glm5.deploy.plugins.module_utils.inputs_values import (
+        ROLE_OWNED_ENVIRONMENT,
+    )
 
     server_vars = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "main.yml").read_text())
     assert set(server_vars["__sglang_server_base_environment"]) == set(ROLE_OWNED_ENVIRONMENT)

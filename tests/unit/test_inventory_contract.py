@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_inputs import (
+from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
     bind_problems,
     is_loopback,
     is_wildcard,

@@ -8,11 +8,11 @@ from ansible_collections.glm5.deploy.plugins.module_utils.service_start import (
     CRASH_LOOP,
     HEALTHY,
     WAITING,
-    parse_show,
     restarts_since,
     start_verdict,
     symptom,
 )
+from ansible_collections.glm5.deploy.plugins.module_utils.systemd_unit import parse_systemctl_show
 
 RUNNING = {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "Result": "success"}
 AUTO_RESTART = {
@@ -26,7 +26,7 @@ GAVE_UP = {"ActiveState": "failed", "SubState": "failed", "NRestarts": "5", "Res
 
 def test_parse_show() -> None:
     text = "ActiveState=active\nSubState=running\nNRestarts=3\nResult=success\n"
-    assert parse_show(text) == {**RUNNING, "NRestarts": "3"}
+    assert parse_systemctl_show(text) == {**RUNNING, "NRestarts": "3"}
 
 
 def test_a_200_is_healthy_whatever_the_restarts() -> None:
