@@ -14,7 +14,8 @@ from the ranges of a profile (seeded: the same run gives the same figures):
   hardware: GLM-5-NVFP4 on an SM120 node: a 7-8 minute start (docs/sources/sglang-facts.md: "Startup of
             GLM-5 on 8x RTX PRO 6000 takes about 7-8 minutes"), a 1-2 minute inference check (long-context
             and concurrency probes), up to a minute of drain;
-  lab:      the lab's tiny model on the CPU (docs/journal/measurements.md: a start of 25-45 s, the check 10-20 s).
+  lab:      the lab's tiny model on the CPU (docs/journal/measurements.md: a start of 25-45 s, the check
+            10-20 s).
 
 Prestaging (release install, checkpoint download and verification) happens before the first batch, for the
 whole fleet, and is not part of these figures. A benchmark: it asserts nothing.

@@ -8,8 +8,8 @@ not loaded is loaded again in every such process:
 - a connection plugin named by its FQCN (`ansible_connection: ansible.builtin.ssh`, as the lab's inventory
   has it) has its configuration read again in every task, by parsing its DOCUMENTATION YAML with its
   fragments: ansible-core's main process loads the configuration of the short names only (ssh). That was
-  about a tenth of a no-op site.yml's controller CPU (docs/journal/measurements.md, issue 16, fifth part). The shell
-  and become plugins are preloaded by their FQCNs for the same reason.
+  about a tenth of a no-op site.yml's controller CPU (docs/journal/measurements.md, issue 16, fifth part).
+  The shell and become plugins are preloaded by their FQCNs for the same reason.
 - a lookup plugin is loaded by the task that calls it, with its configuration, so an inventory value that
   calls one (`lookup('ansible.builtin.env', ...)`, as the lab's key path does) parsed the lookup's
   DOCUMENTATION YAML in every task of every host: 490 plugin configurations were parsed in a no-op

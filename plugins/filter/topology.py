@@ -42,6 +42,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     find_worker,
     healthy_workers,
     in_flight_requests,
+    node_address,
     node_scheme,
     nodes_ca_path,
     place_settings,
@@ -61,8 +62,7 @@ DEFAULT_PORT = 30000
 
 
 def _address(hostvars: Any, host: str) -> str:
-    own = hostvars[host]
-    return str(own.get("sglang_server_advertise_host") or own.get("ansible_host") or host)
+    return node_address(hostvars[host], host)
 
 
 def _guard(func: Any, *args: Any) -> Any:

@@ -212,12 +212,18 @@ def worker_url(address: str, port: int | str, scheme: str = "http") -> str:
     return f"{scheme}://{host_part}:{int(port)}"
 
 
+def node_address(host_vars: Mapping[str, Any], host: str) -> str:
+    """How other hosts reach a node: sglang_server_advertise_host, else ansible_host, else its name."""
+    return str(host_vars.get("sglang_server_advertise_host") or host_vars.get("ansible_host") or host)
+
+
 def replica_url(host_vars: Mapping[str, Any], leader: str) -> str:
     """The URL the router sends a replica's requests to, from its rank 0's variables alone: the address
     (sglang_server_advertise_host, else ansible_host, else the host's name), sglang_server_port (30000) and
     the scheme (https with a server certificate)."""
-    address = str(host_vars.get("sglang_server_advertise_host") or host_vars.get("ansible_host") or leader)
-    return worker_url(address, host_vars.get("sglang_server_port") or 30000, node_scheme(host_vars))
+    return worker_url(
+        node_address(host_vars, leader), host_vars.get("sglang_server_port") or 30000, node_scheme(host_vars)
+    )
 
 
 def _norm(url: str) -> str:

@@ -11,7 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = re.compile(r"(?:\.\./)+shared/|/work/shared/|(?<![\w'`])shared/notes/")
 CITED = re.compile(r"docs/sources/([\w.-]+\.md)")
-HISTORY = ("docs/journal/measurements.md", "CHANGELOG.md", "changelogs/", "docs/sources/", "lab/", "molecule/")
+HISTORY = (
+    "docs/journal/measurements.md",
+    "CHANGELOG.md",
+    "changelogs/",
+    "docs/sources/",
+    "lab/",
+    "molecule/",
+)
 SELF = "tests/unit/test_sources.py"  # its patterns name what it looks for
 
 
