@@ -12,6 +12,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
     fleet_summary,
     proven_replicas,
     validation_table,
+    validation_verdict,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.guard_policy import (
     DEFAULT_MAX_REMOVAL_FRACTION,
@@ -29,6 +30,12 @@ def glm5_edge_summary(routers: list[str], hostvars: Any) -> list[str]:
     """A line for each router host whose edge speaks plain HTTP, for the end of the fleet summary:
     ``groups['sglang_router'] | glm5_edge_summary(hostvars)``."""
     return edge_lines(routers, {h: hostvars[h] for h in routers})
+
+
+def glm5_validation_verdict(result: Any) -> str:
+    """``sglang_validate_result | glm5_validation_verdict``: ``proven``, ``failed`` or ``not judged`` (no
+    result, or skipped: a multi-node replica's rank > 0)."""
+    return validation_verdict(result)
 
 
 def glm5_validation_table(hosts: list[str], hostvars: Any) -> list[str]:
@@ -81,5 +88,6 @@ class FilterModule:
             "glm5_fleet_summary": glm5_fleet_summary,
             "glm5_gate_plan": glm5_gate_plan,
             "glm5_proven_replicas": glm5_proven_replicas,
+            "glm5_validation_verdict": glm5_validation_verdict,
             "glm5_validation_table": glm5_validation_table,
         }

@@ -18,6 +18,20 @@ from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import EV
 COLUMNS = ("host", "gpus", "arch", "driver", "profile", "release", "validated", "router")
 ROUTER_SYMPTOM_CHARS = 80
 
+# A replica's verdict in this run, from its rank 0's sglang_validate_result: the one definition of "proven"
+# that the summary, the run's stats, the validate gate's plays and the rollout's switch read.
+PROVEN = "proven"
+FAILED = "failed"
+NOT_JUDGED = "not judged"
+
+
+def validation_verdict(result: Mapping[str, Any] | None) -> str:
+    """PROVEN when the inference check passed in this run, FAILED when it ran and did not pass, NOT_JUDGED
+    when it did not run (no result, or skipped: a multi-node replica's rank > 0)."""
+    if not isinstance(result, Mapping) or not result or result.get("skipped"):
+        return NOT_JUDGED
+    return PROVEN if result.get("passed") else FAILED
+
 
 def _profile(launch: Mapping[str, Any] | None) -> str:
     if not launch:
@@ -35,10 +49,8 @@ def host_row(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
     names = gpu.get("names") or []
     gpus = f"{gpu['count']}x {names[0]}" if gpu.get("count") and names else "-"
     validation = hostvars.get("sglang_validate_result")
-    if validation is None or validation.get("skipped"):  # not run, or a multi-node replica's rank > 0
-        validated = "-"
-    else:
-        validated = "passed" if validation.get("passed") else "FAILED"
+    verdict = validation_verdict(validation)
+    validated = {PROVEN: "passed", FAILED: "FAILED"}.get(verdict, "-")
     router = router_cell(hostvars.get("sglang_router_replica"), validation, gate_entry(host, hostvars))
     start = hostvars.get("sglang_server_health")
     if validation is None and isinstance(start, Mapping) and start.get("verdict") not in (None, "healthy"):
@@ -138,12 +150,7 @@ def failure_words(host: str, hostvars: Mapping[str, Mapping[str, Any]], routed: 
 
 def proven_replicas(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The hosts whose inference check passed in this run (a replica's rank 0: rank > 0 is never checked)."""
-    return [
-        h
-        for h in hosts
-        if (hostvars[h].get("sglang_validate_result") or {}).get("passed")
-        and not (hostvars[h].get("sglang_validate_result") or {}).get("skipped")
-    ]
+    return [h for h in hosts if validation_verdict(hostvars[h].get("sglang_validate_result")) == PROVEN]
 
 
 def format_table(rows: Iterable[Mapping[str, str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
@@ -190,7 +197,7 @@ def _short(text: Any, width: int) -> str:
 
 def validation_rows(host: str, validation: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """One row per probe of a host's inference-check result; an unchecked host gets one row."""
-    if not validation or validation.get("skipped"):
+    if validation_verdict(validation) == NOT_JUDGED:
         return [{"host": host, "probe": "-", "verdict": "not checked"}]
     probes = validation.get("probes") or []
     if not probes:

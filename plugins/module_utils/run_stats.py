@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import host_row
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
+    FAILED,
+    host_row,
+    validation_verdict,
+)
 
 
 def _symptom(hostvars: Mapping[str, Any]) -> str:
     if hostvars.get("glm5_left_out"):  # failed its own checks (preflight, staging) or unreachable
         return f"left out of the run: {hostvars['glm5_left_out']}"
     validation = hostvars.get("sglang_validate_result") or {}
-    if validation and not validation.get("passed") and not validation.get("skipped"):
+    if validation_verdict(validation) == FAILED:
         return str(validation.get("msg") or "inference check failed")
     start = hostvars.get("sglang_server_health")
     if not validation and isinstance(start, Mapping) and start.get("verdict") not in (None, "healthy"):

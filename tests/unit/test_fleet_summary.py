@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
     COLUMNS,
     edge_lines,
@@ -9,7 +10,9 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_summary import (
     fleet_summary,
     gate_entry,
     host_row,
+    proven_replicas,
     router_cell,
+    validation_verdict,
 )
 
 SM120 = {
@@ -220,3 +223,21 @@ def test_a_node_left_out_of_the_run_says_why() -> None:
     row = host_row("n7", {**SM120, "glm5_left_out": "preflight: n7 has 4 GPU(s); preflight_tp_size is 8"})
     assert row["validated"] == "LEFT OUT"
     assert row["router"] == "left out of the run: preflight: n7 has 4 GPU(s); preflight_tp_size is 8"
+
+
+@pytest.mark.parametrize(
+    ("result", "verdict"),
+    [
+        (None, "not judged"),
+        ({}, "not judged"),
+        ({"skipped": True, "changed": False}, "not judged"),
+        ({"passed": True, "probes": []}, "proven"),
+        ({"passed": False, "msg": "probe '2+2': NaN"}, "failed"),
+        ({"failed": True, "msg": "module crashed"}, "failed"),
+    ],
+)
+def test_one_definition_of_proven(result, verdict) -> None:
+    assert validation_verdict(result) == verdict
+    assert proven_replicas(["h"], {"h": {"sglang_validate_result": result}}) == (
+        ["h"] if verdict == "proven" else []
+    )
