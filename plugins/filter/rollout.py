@@ -6,6 +6,8 @@
 {{ restored | glm5_rollout_budget(budget) }}             -> may the rollout go on after these failures?
 {{ hosts | glm5_left_out(hostvars, budget, stopped) }}   -> leave the failed nodes out, or stop everything?
 {{ hosts | glm5_replica_urls(hostvars, groups) }}        -> the router URLs of these hosts' replicas (rank 0)
+{{ marker | glm5_rollout_resume(current_link) }}         -> {resume, previous_release, touched} while staging
+{{ named | glm5_rollback_release(resume, previous_link) }} -> the release a rollback goes back to
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ansible_collections.glm5.deploy.plugins.module_utils.rollout_plan import (
     floor_check,
     left_out_check,
     plan,
+    resume_choice,
+    rollback_release,
     rolled_replicas,
 )
 
@@ -99,6 +103,17 @@ def glm5_replica_urls(hosts: Sequence[str], hostvars: Any, groups: Mapping[str, 
     return [replica_url(hostvars[leader], leader) for leader in dict.fromkeys(leaders)]
 
 
+def glm5_rollout_resume(marker_b64: Any, current_link: Any = "") -> dict[str, Any]:
+    """A node's staging start: the interrupted switch's record to resume ({} without one), the release a
+    failure restores, and whether its unit was already kept aside."""
+    return _guard(resume_choice, marker_b64, current_link)
+
+
+def glm5_rollback_release(named: Any, resume: Mapping[str, Any] | None, previous_link: Any = "") -> str:
+    """The release a rollback goes back to ("" when there is none)."""
+    return rollback_release(named, resume, previous_link)
+
+
 class FilterModule:
     """glm5-deploy rollout filters."""
 
@@ -110,4 +125,6 @@ class FilterModule:
             "glm5_rollout_budget": glm5_rollout_budget,
             "glm5_left_out": glm5_left_out,
             "glm5_replica_urls": glm5_replica_urls,
+            "glm5_rollout_resume": glm5_rollout_resume,
+            "glm5_rollback_release": glm5_rollback_release,
         }

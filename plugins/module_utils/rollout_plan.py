@@ -22,7 +22,10 @@ A plan is made after every replica staged the update, so it knows which replicas
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -263,3 +266,47 @@ def left_out_check(reasons: Mapping[str, str], nodes: int, budget: Any, stopped:
             "run: every replica still serves what it served when the run began"
         )
     return {"ok": ok, "allowed": allowed, "left_out": sorted(reasons), "msg": msg}
+
+
+# --------------------------------------------------------------------------------------------------------
+# One node's choice while staging: resume an interrupted switch, or start from the running release
+# --------------------------------------------------------------------------------------------------------
+
+
+def _release_of(link_target: Any) -> str:
+    """A release's name from a link's target (/opt/sglang/releases/<name> -> <name>); "" for none."""
+    return posixpath.basename(str(link_target or ""))
+
+
+def resume_choice(marker_b64: Any, current_link: Any) -> dict[str, Any]:
+    """What a node's staging starts from, given the switch record an interrupted run left on it (the marker
+    file's content, base64 as slurp reads it; empty when there is none) and the target of its ``current``
+    link.
+
+    Returns ``{resume, previous_release, touched}``: ``resume`` the record ({} without one), whose switch this
+    run finishes; ``previous_release`` the release a failure restores (the interrupted switch's
+    ``release_from``, else the running one); ``touched`` whether the node's unit and environment were already
+    kept aside (a resumed switch), so that a failure from here restores them. A record that cannot be read
+    is refused: resuming from a guess could restore the wrong release."""
+    resume: dict[str, Any] = {}
+    if marker_b64:
+        try:
+            resume = json.loads(base64.b64decode(str(marker_b64)).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PlanError(f"the record of an interrupted switch cannot be read ({exc})") from exc
+        if not isinstance(resume, dict):
+            raise PlanError("the record of an interrupted switch is not a mapping")
+    previous = resume["release_from"] if "release_from" in resume else _release_of(current_link)
+    return {"resume": resume, "previous_release": str(previous), "touched": bool(resume)}
+
+
+def rollback_release(named: Any, resume: Mapping[str, Any] | None, previous_link: Any) -> str:
+    """The release a rollback goes back to: the one named (sglang_rollback_release); after an interrupted
+    run, the interrupted rollback's target, or the release the node served before the interrupted update (the
+    ``previous`` link may already have moved); else the ``previous`` link's release. "" when there is none."""
+    if named:
+        return str(named)
+    if resume:
+        key = "release_to" if resume.get("kind") == "rollback" else "release_from"
+        return str(resume.get(key) or "")
+    return _release_of(previous_link)

@@ -3,6 +3,9 @@ floor, the failure budget, resumed replicas first, the unchanged ones last."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import replica_topology
 from ansible_collections.glm5.deploy.plugins.module_utils.rollout_plan import (
@@ -12,6 +15,8 @@ from ansible_collections.glm5.deploy.plugins.module_utils.rollout_plan import (
     budget_check,
     floor_check,
     plan,
+    resume_choice,
+    rollback_release,
     rolled_replicas,
 )
 
@@ -169,3 +174,54 @@ def test_the_rollout_simulation_keeps_the_floor_and_stops_at_the_budget() -> Non
     )
     going = sim.simulate(40, {"batch_size": 4, "failure_budget": 1}, "lab", failing=["r9"])
     assert going["batches_run"] == 10 and going["stopped"] == ""
+
+
+# --- One node's choice while staging (resume_choice, rollback_release)
+
+
+def _marker(record: dict) -> str:
+    return base64.b64encode(json.dumps(record).encode()).decode()
+
+
+INTERRUPTED_UPDATE = {
+    "kind": "update",
+    "release_from": "0.5.9-aaa",
+    "release_to": "0.5.23-bbb",
+    "pid_before": 7,
+}
+INTERRUPTED_ROLLBACK = {"kind": "rollback", "release_from": "0.5.23-bbb", "release_to": "0.5.9-aaa"}
+
+
+def test_a_node_without_a_record_starts_from_its_running_release() -> None:
+    assert resume_choice("", "/opt/sglang/releases/0.5.23-bbb") == {
+        "resume": {},
+        "previous_release": "0.5.23-bbb",
+        "touched": False,
+    }
+    assert resume_choice("", "")["previous_release"] == ""  # a node with no release yet
+
+
+def test_a_record_is_resumed_and_restores_the_release_the_switch_left() -> None:
+    choice = resume_choice(_marker(INTERRUPTED_UPDATE), "/opt/sglang/releases/0.5.23-bbb")
+    assert choice == {"resume": INTERRUPTED_UPDATE, "previous_release": "0.5.9-aaa", "touched": True}
+
+
+def test_an_unreadable_record_is_refused_not_guessed() -> None:
+    with pytest.raises(PlanError, match="cannot be read"):
+        resume_choice(base64.b64encode(b"{not json").decode(), "/opt/sglang/releases/x")
+    with pytest.raises(PlanError, match="not a mapping"):
+        resume_choice(_marker([1, 2]), "/opt/sglang/releases/x")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("named", "resume", "previous_link", "release"),
+    [
+        ("0.5.8-ccc", INTERRUPTED_UPDATE, "/opt/sglang/releases/0.5.9-aaa", "0.5.8-ccc"),  # named wins
+        ("", INTERRUPTED_ROLLBACK, "/opt/sglang/releases/0.5.23-bbb", "0.5.9-aaa"),  # the rollback's target
+        ("", INTERRUPTED_UPDATE, "/opt/sglang/releases/0.5.23-bbb", "0.5.9-aaa"),  # where the update began
+        ("", {}, "/opt/sglang/releases/0.5.9-aaa", "0.5.9-aaa"),  # the previous link
+        ("", {}, "", ""),  # nothing to go back to: the role refuses
+    ],
+)
+def test_the_release_a_rollback_goes_back_to(named, resume, previous_link, release) -> None:
+    assert rollback_release(named, resume, previous_link) == release
