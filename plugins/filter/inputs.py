@@ -33,6 +33,7 @@ import jinja2
 import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import node_address, replica_place
 from ansible_collections.glm5.deploy.plugins.module_utils.inputs_keys import (
     admin_key_problems,
     edge_tls_problems,
@@ -98,9 +99,15 @@ def sglang_os_problems(distribution: str, version: Any, supported: Iterable[str]
     return os_problems(str(distribution), str(version), [str(s) for s in supported], host=str(host))
 
 
-def sglang_role_specs(roles: Iterable[str], roles_dir: str) -> dict[str, Any]:
-    """``{role: options}`` of each role's entry point main (roles_dir/<role>/meta/argument_specs.yml)."""
-    base = Path(str(roles_dir)).resolve()
+# The collection's own roles (plugins/filter/ -> the collection's root -> roles/): the input checks read their
+# argument specs and unit templates from the collection that holds them, not through another role's path.
+ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+
+
+def sglang_role_specs(roles: Iterable[str], roles_dir: str = "") -> dict[str, Any]:
+    """``{role: options}`` of each role's entry point main (roles_dir/<role>/meta/argument_specs.yml; by
+    default the collection's roles)."""
+    base = Path(str(roles_dir)).resolve() if roles_dir else ROLES_DIR
     out = {}
     for role in roles:
         path = base / str(role) / "meta" / "argument_specs.yml"
@@ -158,9 +165,12 @@ def sglang_model_limit_problems(settings: Any, repo: Any, environments: Any = No
     return model_limit_problems(dict(settings), str(repo or ""), env, dests=dests)
 
 
-def sglang_low_port_problems(ports: Mapping[str, Any], units: Mapping[str, str], roles_dir: str) -> list[str]:
-    """low_port_problems with each port's unit template (a path under roles_dir) read from disk."""
-    base = Path(str(roles_dir))
+def sglang_low_port_problems(
+    ports: Mapping[str, Any], units: Mapping[str, str], roles_dir: str = ""
+) -> list[str]:
+    """low_port_problems with each port's unit template (a path under roles_dir, by default the collection's
+    roles) read from disk."""
+    base = Path(str(roles_dir)) if roles_dir else ROLES_DIR
     texts = {name: (f"roles/{path}", (base / str(path)).read_text()) for name, path in units.items()}
     return low_port_problems(dict(ports), texts)
 
@@ -231,6 +241,67 @@ def _contract_vars(hostvars: Any, host: str) -> dict[str, Any]:
     return found
 
 
+# A default another role owns, for the checks that need it before that role runs.
+DEFAULT_CHECKPOINT_REPO = "nvidia/GLM-5-NVFP4"  # roles/model_checkpoint/defaults/main.yml
+
+
+def sglang_input_problems(
+    hostvars: Any,
+    host: str,
+    group_names: Iterable[str],
+    groups: Mapping[str, Any],
+    specs: Mapping[str, Mapping[str, Any]],
+    ports: Mapping[str, Any],
+    units: Mapping[str, str],
+    first: Any = False,
+    tp_size: Any = 8,
+) -> list[str]:
+    """Every problem of ``host``'s inputs at once, in one call: ports (collisions, ranges, below 1024),
+    binds reachable without a key, the fleet's keys (once, on the play's ``first`` host), secrets, the
+    router's admin key, the checkpoint's pin, what each value means, sglang_settings (against the replica's
+    width and the checkpoint's own limits). ``specs``: the argument specs of the roles the host runs (role ->
+    options); ``ports``: its listening ports by variable; ``units``: each port's unit template under the
+    roles."""
+    own = hostvars[host]
+    names = [str(g) for g in group_names]
+    node, router = "sglang_nodes" in names, "sglang_router" in names
+    problems = sglang_port_problems(ports) + sglang_low_port_problems(ports, units)
+    if node:
+        server_host = str(own.get("sglang_server_host") or node_address(own, str(host)))
+        for key_var in ("sglang_server_api_key", "sglang_server_admin_api_key"):
+            problems += sglang_bind_problems(
+                server_host, own.get(key_var) or "", "sglang_server_host", key_var
+            )
+    if router:
+        problems += sglang_bind_problems(
+            own.get("sglang_router_host", "0.0.0.0"),
+            own.get("sglang_router_api_key") or "",
+            "sglang_router_host",
+            "sglang_router_api_key",
+        )
+    if boolean(first, strict=False):
+        problems += sglang_key_sharing_problems(groups, hostvars)
+    for options in specs.values():
+        problems += sglang_secret_problems(options, own)
+    if router:
+        problems += sglang_admin_key_problems(
+            own.get("sglang_router_admin_key") or "", "sglang_router_admin_key"
+        )
+    repo = own.get("model_checkpoint_repo", DEFAULT_CHECKPOINT_REPO)
+    if node:
+        problems += sglang_checkpoint_problems(
+            repo, own.get("model_checkpoint_revision", ""), own.get("model_checkpoint_source_path", "")
+        )
+    problems += sglang_value_problems(specs, own)
+    if node:
+        place = replica_place(str(host), names, groups)
+        settings = own.get("sglang_settings", {})
+        problems += sglang_settings_problems(settings, place["nnodes"], place["replica"], tp_size)
+        environments = [own.get("sglang_environment", {}), own.get("sglang_server_environment", {})]
+        problems += sglang_model_limit_problems(settings, repo, environments)
+    return problems
+
+
 class FilterModule:
     """Input checks of glm5-deploy."""
 
@@ -253,4 +324,5 @@ class FilterModule:
             "sglang_key_sharing_problems": sglang_key_sharing_problems,
             "sglang_inventory_problems": sglang_inventory_problems,
             "sglang_edge_tls_problems": sglang_edge_tls_problems,
+            "sglang_input_problems": sglang_input_problems,
         }

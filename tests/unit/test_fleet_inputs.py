@@ -337,3 +337,37 @@ def test_the_edge_speaks_tls_or_plain_http_only_when_the_inventory_says_so() -> 
     assert "sglang_router_edge_plain_http is true, but" in both
     for problem in (refused, no_cert, no_key, both):
         assert "MIIB" not in problem and "MIGH" not in problem
+
+
+def test_one_call_returns_every_problem_of_a_host_at_once() -> None:
+    """Filter sglang_input_problems (roles/preflight/tasks/inputs.yml): a node with a bad port, an open bind,
+    an unpinned checkpoint and a setting the roles own hears of all four at once;
+    a fine node of none."""
+    from ansible_collections.glm5.deploy.plugins.filter.inputs import sglang_input_problems, sglang_role_specs
+
+    specs = sglang_role_specs(["sglang_server", "model_checkpoint", "sglang"])
+    units = {"sglang_server_port": "sglang_server/templates/sglang.service.j2"}
+    groups = {"all": ["bad", "good"], "sglang_nodes": ["bad", "good"]}
+    hostvars = {
+        "bad": {
+            "sglang_server_host": "0.0.0.0",
+            "model_checkpoint_revision": "",
+            "sglang_settings": {"port": 1234},
+        },
+        "good": {
+            "sglang_server_api_key": "k" * 32,
+            "sglang_server_admin_api_key": "a" * 32,
+            "model_checkpoint_revision": "0" * 40,
+        },
+    }
+
+    def problems(host: str, port: int) -> list[str]:
+        return sglang_input_problems(
+            hostvars, host, ["sglang_nodes"], groups, specs, {"sglang_server_port": port}, units, first=False
+        )
+
+    found = problems("bad", 80)
+    assert [p.split(" ", 1)[0] for p in found][:2] == ["sglang_server_port", "sglang_server_host"], found
+    assert any("model_checkpoint_revision" in p for p in found), found
+    assert any("sglang_settings" in p and "port" in p for p in found), found
+    assert problems("good", 30000) == []
