@@ -48,6 +48,16 @@ def files(paths: Iterable[str], contents: Iterable[str], **attrs: Any) -> list[d
     ]
 
 
+def present(items: Iterable[Mapping[str, Any]], wanted: Any) -> list[dict[str, Any]]:
+    """A role's optional files: the items as they are when ``wanted``, else each file as absent (path and
+    ``state: absent``, so the role removes what an earlier run wrote). Directories are left out when not
+    wanted: they may hold other files."""
+    items = [dict(item) for item in items]
+    if wanted:
+        return items
+    return [{"path": i["path"], "state": "absent"} for i in items if i.get("state", "file") != "directory"]
+
+
 def normal_mode(mode: Any) -> int | None:
     """An octal mode as given to Ansible ("0644", "644", 0o644) as an int; None for a symbolic one."""
     if mode is None:

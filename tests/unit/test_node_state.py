@@ -17,6 +17,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.node_state import (
     group_exists,
     normal_mode,
     path_drift,
+    present,
     sha1_text,
     unit_drift,
     user_drift,
@@ -155,3 +156,12 @@ def test_files_pairs_paths_with_contents() -> None:
     ]
     with pytest.raises(ValueError, match="2 paths but 1 contents"):
         files(["/a", "/b"], ["1"])
+
+
+def test_optional_files_are_written_or_removed_and_their_directories_kept() -> None:
+    items = [
+        {"path": "/etc/x", "state": "directory", "owner": "root", "mode": "0755"},
+        {"path": "/etc/x/a", "owner": "root", "mode": "0600", "content": "secret"},
+    ]
+    assert present(items, True) == items
+    assert present(items, False) == [{"path": "/etc/x/a", "state": "absent"}]
