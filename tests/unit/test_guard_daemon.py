@@ -57,12 +57,11 @@ PROMETHEUS_MISSING = (
 
 
 def load_guard() -> ModuleType:
-    """roles/sglang_guard/files/sglang_guard.py as the module ``sglang_guard``, with its neighbours
-    (judge_probes, judge_verdict, fleet_topology, guard_policy) importable as top-level modules, as when
-    installed."""
-    added = str(MODULE_UTILS) not in sys.path
-    if added:
-        sys.path.insert(0, str(MODULE_UTILS))
+    """roles/sglang_guard/files/sglang_guard.py as the module ``sglang_guard``, with its neighbours (its
+    own guard_config, guard_transport and guard_metrics; judge_probes, judge_verdict, fleet_topology,
+    guard_policy) importable as top-level modules, as when installed."""
+    added = [str(d) for d in (MODULE_UTILS, GUARD_FILE.parent) if str(d) not in sys.path]
+    sys.path[:0] = added
     try:
         spec = importlib.util.spec_from_file_location("sglang_guard", GUARD_FILE)
         assert spec is not None and spec.loader is not None
@@ -70,12 +69,13 @@ def load_guard() -> ModuleType:
         sys.modules["sglang_guard"] = module
         spec.loader.exec_module(module)
     finally:
-        if added:
-            sys.path.remove(str(MODULE_UTILS))
+        for path in added:
+            sys.path.remove(path)
     return module
 
 
 GUARD = load_guard()
+GUARD_TRANSPORT = sys.modules["guard_transport"]  # the daemon's HTTP and one replica's check, judged there
 MODULE = load_module("sglang_inference_check")
 judge = GUARD.judge_probes
 policy = GUARD.guard_policy
@@ -967,7 +967,7 @@ def run_module(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict
 
 @pytest.mark.parametrize(
     ("guard_copy", "module_copy"),
-    [(judge, module_probes), (GUARD.judge_verdict, module_verdict)],
+    [(judge, module_probes), (GUARD_TRANSPORT.judge_verdict, module_verdict)],
     ids=["judge_probes", "judge_verdict"],
 )
 def test_guard_and_module_share_one_judge(guard_copy: ModuleType, module_copy: ModuleType) -> None:
@@ -987,9 +987,9 @@ def test_the_guard_code_runs_flat_without_the_collection(tmp_path: Path) -> None
     for name in code:
         (tmp_path / name).write_bytes((GUARD_FILE.parent / name).read_bytes())
     script = (
-        "import sys, sglang_guard, judge_probes\n"
+        "import sys, sglang_guard, judge_probes, guard_transport\n"
         "assert not any(name.startswith('ansible_collections.glm5') for name in sys.modules)\n"
-        "assert judge_probes.judge_verdict is sglang_guard.judge_verdict\n"
+        "assert judge_probes.judge_verdict is guard_transport.judge_verdict\n"
         "print(judge_probes.first_model_id(401, b'')[1])\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
