@@ -99,3 +99,16 @@ def test_ansible_doc_prints_every_filter(printed: str) -> None:
     for name, path in shown:
         assert Path(path).name == f"{name}.yml", (name, path)
     assert printed.count("EXAMPLES:") == printed.count("RETURN VALUES:") == len(FILTERS)
+
+
+def test_the_index_lists_every_filter_under_its_file() -> None:
+    """plugins/filter/README.md: a reader who has a filter's name finds the file that holds it."""
+    listed: dict[str, str] = {}
+    current = ""
+    for line in (FILTER_DIR / "README.md").read_text().splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+        elif current and line.startswith("`"):
+            for name in re.findall(r"`([a-z0-9_]+)`", line):
+                listed[name] = current
+    assert listed == FILTERS
