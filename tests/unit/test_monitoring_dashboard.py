@@ -15,7 +15,7 @@ import pytest
 from test_monitoring_rules import ROLE, alerts, promtool, render
 
 DASHBOARD = ROLE / "files" / "dashboards" / "glm5-fleet.json"
-GUARD = ROLE.parent / "sglang_guard" / "files" / "sglang_guard.py"
+GUARD = ROLE.parent / "sglang_guard" / "files" / "guard_metrics.py"
 
 # sglang 0.5.23 with --enable-metrics: sglang/srt/observability/metrics_collector.py (prometheus_client: a
 # Counter named x_total is exposed as x_total; a Histogram as x_bucket, x_sum and x_count).
@@ -48,7 +48,7 @@ SMG = {
     "smg_worker_retries_total",
     "smg_worker_retries_exhausted_total",
 }
-# The guard: roles/sglang_guard/files/sglang_guard.py, class Metrics (its counters get _total).
+# The guard: roles/sglang_guard/files/guard_metrics.py, class Metrics (its counters get _total).
 GUARD_METRICS = {
     "glm5_guard_verdict",
     "glm5_guard_symptom_info",
