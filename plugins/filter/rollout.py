@@ -8,6 +8,7 @@
 {{ hosts | glm5_replica_urls(hostvars, groups) }}        -> the router URLs of these hosts' replicas (rank 0)
 {{ marker | glm5_rollout_resume(current_link) }}         -> {resume, previous_release, touched} while staging
 {{ named | glm5_rollback_release(resume, previous_link) }} -> the release a rollback goes back to
+{{ hosts | glm5_hosts_flagged(hostvars, var) }}           -> the hosts whose ``var`` is set and true
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def glm5_rollback_release(named: Any, resume: Mapping[str, Any] | None, previous
     return rollback_release(named, resume, previous_link)
 
 
+def glm5_hosts_flagged(hosts: Sequence[str], hostvars: Any, var: str) -> list[str]:
+    """The hosts (in their order) whose ``var`` is set and true: a batch's replicas with a switch to make, or
+    those whose switch ended proven."""
+    return [str(h) for h in hosts if hostvars[h].get(str(var))]
+
+
 class FilterModule:
     """glm5-deploy rollout filters."""
 
@@ -127,4 +134,5 @@ class FilterModule:
             "glm5_replica_urls": glm5_replica_urls,
             "glm5_rollout_resume": glm5_rollout_resume,
             "glm5_rollback_release": glm5_rollback_release,
+            "glm5_hosts_flagged": glm5_hosts_flagged,
         }
