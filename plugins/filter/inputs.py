@@ -33,7 +33,11 @@ import jinja2
 import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import node_address, replica_place
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+    ROLE_DEFAULTS,
+    node_address,
+    replica_place,
+)
 from ansible_collections.glm5.deploy.plugins.module_utils.inputs_keys import (
     admin_key_problems,
     edge_tls_problems,
@@ -241,10 +245,6 @@ def _contract_vars(hostvars: Any, host: str) -> dict[str, Any]:
     return found
 
 
-# A default another role owns, for the checks that need it before that role runs.
-DEFAULT_CHECKPOINT_REPO = "nvidia/GLM-5-NVFP4"  # roles/model_checkpoint/defaults/main.yml
-
-
 def sglang_input_problems(
     hostvars: Any,
     host: str,
@@ -287,7 +287,7 @@ def sglang_input_problems(
         problems += sglang_admin_key_problems(
             own.get("sglang_router_admin_key") or "", "sglang_router_admin_key"
         )
-    repo = own.get("model_checkpoint_repo", DEFAULT_CHECKPOINT_REPO)
+    repo = own.get("model_checkpoint_repo", ROLE_DEFAULTS["model_checkpoint_repo"])
     if node:
         problems += sglang_checkpoint_problems(
             repo, own.get("model_checkpoint_revision", ""), own.get("model_checkpoint_source_path", "")

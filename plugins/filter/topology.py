@@ -51,14 +51,13 @@ from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import 
     replica_place,
     replica_topology,
     replica_url,
+    role_default,
     rolling_batches,
     router_endpoint,
 )
 from ansible_collections.glm5.deploy.plugins.module_utils.inputs_network import (
     connect_host,
 )
-
-DEFAULT_PORT = 30000
 
 
 def _address(hostvars: Any, host: str) -> str:
@@ -148,7 +147,7 @@ def sglang_replica_peers(topology: Mapping[str, Any], host: str) -> list[str]:
 
 def sglang_server_local_url(hostvars: Any, host: str) -> str:
     """The URL that reaches ``host``'s server from ``host`` itself (a wildcard bind: on loopback)."""
-    port = hostvars[host].get("sglang_server_port") or DEFAULT_PORT
+    port = role_default(hostvars[host], "sglang_server_port")
     scheme = node_scheme(hostvars[host])
     return f"{scheme}://{connect_host(sglang_server_bind_host(hostvars, host))}:{int(port)}"
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import ROLE_DEFAULTS
 from ansible_collections.glm5.deploy.plugins.module_utils.guard_policy import (
     GATE_ABSENT,
     GATE_PRESENT,
@@ -167,9 +168,6 @@ def fleet_summary(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]
     return format_table(host_row(h, hostvars[h]) for h in hosts)
 
 
-ROUTER_PORT_DEFAULT = 30000  # roles/sglang_router/defaults/main.yml, sglang_router_port
-
-
 def edge_lines(routers: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A line for each router host whose edge speaks plain HTTP (no sglang_router_tls_certificate), so that a
     run never ends without saying so; the inputs check lets such an edge through only with
@@ -180,7 +178,7 @@ def edge_lines(routers: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]
         certificate = own.get("sglang_router_tls_certificate")
         if isinstance(certificate, str) and certificate.strip():
             continue
-        port = own.get("sglang_router_port", ROUTER_PORT_DEFAULT)
+        port = own.get("sglang_router_port", ROLE_DEFAULTS["sglang_router_port"])
         plain = own.get("sglang_router_edge_plain_http", False)
         flag = "true" if boolean(plain, strict=False) else "false"
         lines.append(f"edge: plain HTTP on port {port} of {host} (sglang_router_edge_plain_http: {flag})")

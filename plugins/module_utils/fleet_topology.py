@@ -107,6 +107,23 @@ def replica_place(
     }
 
 
+# The roles' defaults that the controller's filters need for a host whose inventory does not set them
+# (hostvars holds the inventory's values, never a role's defaults). Each equals its role's defaults/main.yml
+# (tests/unit/test_fleet_topology.py reads them): the one place the Python side states them.
+ROLE_DEFAULTS: dict[str, Any] = {
+    "sglang_server_port": 30000,  # roles/sglang_server
+    "sglang_router_port": 30000,  # roles/sglang_router (the edge)
+    "sglang_router_metrics_port": 29000,  # roles/sglang_router
+    "sglang_guard_metrics_port": 29100,  # roles/sglang_guard
+    "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",  # roles/model_checkpoint
+}
+
+
+def role_default(host_vars: Mapping[str, Any], name: str) -> Any:
+    """The host's value of ``name``, else its role's default (ROLE_DEFAULTS)."""
+    return host_vars.get(name) or ROLE_DEFAULTS[name]
+
+
 # Where the router role writes the CA bundle its clients trust (world-readable: the guard is a DynamicUser).
 ROUTER_CA_FILE = "/etc/glm5-deploy/router-ca.pem"
 
@@ -117,7 +134,7 @@ def router_endpoint(router_vars: Mapping[str, Any], host: str) -> dict[str, str]
     its certificate holds) when sglang_router_tls_certificate is set, else plain HTTP on loopback.
     ``ca_path``: the CA file to verify it against ("" for the system's CAs); ``ca_file``: where the router
     role writes it."""
-    port = int(router_vars.get("sglang_router_port") or 30000)
+    port = int(role_default(router_vars, "sglang_router_port"))
     name = router_vars.get("sglang_router_tls_name") or router_vars.get("ansible_host") or host
     tls = bool(router_vars.get("sglang_router_tls_certificate"))
     return {
@@ -221,9 +238,8 @@ def replica_url(host_vars: Mapping[str, Any], leader: str) -> str:
     """The URL the router sends a replica's requests to, from its rank 0's variables alone: the address
     (sglang_server_advertise_host, else ansible_host, else the host's name), sglang_server_port (30000) and
     the scheme (https with a server certificate)."""
-    return worker_url(
-        node_address(host_vars, leader), host_vars.get("sglang_server_port") or 30000, node_scheme(host_vars)
-    )
+    port = role_default(host_vars, "sglang_server_port")
+    return worker_url(node_address(host_vars, leader), port, node_scheme(host_vars))
 
 
 def _norm(url: str) -> str:

@@ -10,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import node_address, node_scheme
-
-# The ports of the roles that serve the metrics, when the host's variables do not set them (each role's
-# defaults/main.yml: sglang_server_port, sglang_router_metrics_port, sglang_guard_metrics_port).
-DEFAULT_PORTS = {
-    "sglang_server_port": 30000,
-    "sglang_router_metrics_port": 29000,
-    "sglang_guard_metrics_port": 29100,
-}
+from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+    node_address,
+    node_scheme,
+    role_default,
+)
 
 
 def target_group(address: str, port: Any, host: str, scheme: str = "http") -> dict[str, Any]:
@@ -28,10 +24,6 @@ def target_group(address: str, port: Any, host: str, scheme: str = "http") -> di
     if scheme != "http":
         labels["__scheme__"] = scheme
     return {"targets": [f"{address}:{port}"], "labels": labels}
-
-
-def _port(host_vars: Mapping[str, Any], name: str) -> Any:
-    return host_vars.get(name) or DEFAULT_PORTS[name]
 
 
 def scrape_targets(
@@ -48,15 +40,15 @@ def scrape_targets(
     router_vars = {h: hostvars[h] for h in routers}
     return {
         "glm5-sglang": [
-            target_group(node_address(v, h), _port(v, "sglang_server_port"), h, node_scheme(v))
+            target_group(node_address(v, h), role_default(v, "sglang_server_port"), h, node_scheme(v))
             for h, v in node_vars.items()
         ],
         "glm5-router": [
-            target_group(str(v.get("ansible_host") or h), _port(v, "sglang_router_metrics_port"), h)
+            target_group(str(v.get("ansible_host") or h), role_default(v, "sglang_router_metrics_port"), h)
             for h, v in router_vars.items()
         ],
         "glm5-guard": [
-            target_group(str(v.get("ansible_host") or h), _port(v, "sglang_guard_metrics_port"), h)
+            target_group(str(v.get("ansible_host") or h), role_default(v, "sglang_guard_metrics_port"), h)
             for h, v in router_vars.items()
         ],
         "glm5-dcgm": [target_group(node_address(v, h), dcgm_port, h) for h, v in node_vars.items()]

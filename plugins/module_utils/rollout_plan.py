@@ -278,6 +278,13 @@ def _release_of(link_target: Any) -> str:
     return posixpath.basename(str(link_target or ""))
 
 
+# What an operator does about a switch record that cannot be read (sglang_rollout_state_dir/switch.json).
+UNREADABLE = (
+    ": find which release and unit the node serves (its current release link, systemctl cat sglang), put it "
+    "back in the router if it is healthy, then remove the record and run the rollout again"
+)
+
+
 def resume_choice(marker_b64: Any, current_link: Any) -> dict[str, Any]:
     """What a node's staging starts from, given the switch record an interrupted run left on it (the marker
     file's content, base64 as slurp reads it; empty when there is none) and the target of its ``current``
@@ -293,9 +300,11 @@ def resume_choice(marker_b64: Any, current_link: Any) -> dict[str, Any]:
         try:
             resume = json.loads(base64.b64decode(str(marker_b64)).decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise PlanError(f"the record of an interrupted switch cannot be read ({exc})") from exc
+            raise PlanError(
+                f"the record of an interrupted switch cannot be read ({exc}){UNREADABLE}"
+            ) from exc
         if not isinstance(resume, dict):
-            raise PlanError("the record of an interrupted switch is not a mapping")
+            raise PlanError(f"the record of an interrupted switch is not a mapping{UNREADABLE}")
     previous = resume["release_from"] if "release_from" in resume else _release_of(current_link)
     return {"resume": resume, "previous_release": str(previous), "touched": bool(resume)}
 

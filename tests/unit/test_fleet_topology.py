@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
+    ROLE_DEFAULTS,
     TopologyError,
     find_worker,
     healthy_workers,
@@ -212,3 +215,19 @@ def test_the_topology_filter_works_it_out_once_per_inventory() -> None:
     assert [r["hosts"] for r in first["replicas"]] == [["n1"], ["n2", "n3"]]
     assert sglang_topology({**groups, "sglang_router": ["gw"]}) is first  # other groups do not matter
     assert sglang_topology({**groups, "sglang_replica_a": ["n3", "n2"]})["hosts"]["n3"]["rank"] == 0
+
+
+def test_the_python_side_states_the_roles_defaults_as_the_roles_do() -> None:
+    """ROLE_DEFAULTS (what the controller's filters assume for a host whose inventory sets nothing) equals
+    every role's defaults/main.yml that sets the same variable: one value, not two that drift apart."""
+    import yaml
+
+    roles = Path(__file__).resolve().parents[2] / "roles"
+    seen: dict[str, list[str]] = {}
+    for defaults in sorted(roles.glob("*/defaults/main.yml")):
+        values = yaml.safe_load(defaults.read_text()) or {}
+        for name, value in ROLE_DEFAULTS.items():
+            if name in values:
+                assert values[name] == value, (defaults, name, values[name], value)
+                seen.setdefault(name, []).append(defaults.parts[-3])
+    assert set(seen) == set(ROLE_DEFAULTS), seen
