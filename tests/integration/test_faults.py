@@ -595,7 +595,7 @@ def test_crash_loop_is_reported_with_the_journal(restore_victim, run_playbook, a
         extravars={
             "sglang_server_model_path": f"{MODELS}/no-such-model",
             "sglang_server_crash_restarts": 1,
-            # Far above the restart's half minute (RestartSec=10 after a failed start of about 15 s): only the
+            # Far above the restart's half minute (a failed start of about 15 s, then RestartSec): only the
             # crash-loop verdict can end the wait in time for the message below.
             "sglang_server_health_timeout": 300,
         },
