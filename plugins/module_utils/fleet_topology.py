@@ -107,15 +107,16 @@ def replica_place(
     }
 
 
-# The roles' defaults that the controller's filters need for a host whose inventory does not set them
-# (hostvars holds the inventory's values, never a role's defaults). Each equals its role's defaults/main.yml
-# (tests/unit/test_fleet_topology.py reads them): the one place the Python side states them.
+# The fleet-wide values that the controller's filters need for a host whose inventory does not set them
+# (hostvars holds the inventory's values, never a role's defaults). Each equals roles/glm5_defaults'
+# defaults/main.yml, their one home in YAML (tests/unit/test_fleet_topology.py reads it): the one place the
+# Python side states them.
 ROLE_DEFAULTS: dict[str, Any] = {
-    "sglang_server_port": 30000,  # roles/sglang_server
-    "sglang_router_port": 30000,  # roles/sglang_router (the edge)
-    "sglang_router_metrics_port": 29000,  # roles/sglang_router
-    "sglang_guard_metrics_port": 29100,  # roles/sglang_guard
-    "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",  # roles/model_checkpoint
+    "sglang_server_port": 30000,  # roles/glm5_defaults
+    "sglang_router_port": 30000,  # roles/glm5_defaults
+    "sglang_router_metrics_port": 29000,  # roles/glm5_defaults
+    "sglang_guard_metrics_port": 29100,  # roles/glm5_defaults
+    "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",  # roles/glm5_defaults
 }
 
 

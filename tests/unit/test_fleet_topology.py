@@ -219,7 +219,8 @@ def test_the_topology_filter_works_it_out_once_per_inventory() -> None:
 
 def test_the_python_side_states_the_roles_defaults_as_the_roles_do() -> None:
     """ROLE_DEFAULTS (what the controller's filters assume for a host whose inventory sets nothing) equals
-    every role's defaults/main.yml that sets the same variable: one value, not two that drift apart."""
+    roles/glm5_defaults' defaults/main.yml, the values' one home (and any other role's that would set one,
+    which test_glm5_defaults refuses): one value, not two that drift apart."""
     import yaml
 
     roles = Path(__file__).resolve().parents[2] / "roles"

@@ -107,7 +107,8 @@ def test_profile_and_lane_choices_come_from_the_data() -> None:
     lanes = load(data / "lanes.yml")["lanes"]
     deployable = sorted(name for name, lane in lanes.items() if lane.get("deployable"))
     assert options["sglang_profile"]["choices"] == ["", *profiles]
-    assert options["sglang_lane"]["choices"] == ["", *deployable]
+    # The lane is fleet-wide (cuda_toolkit and sglang_runtime read it too): its home is glm5_defaults.
+    assert spec_options(ROOT / "roles" / "glm5_defaults")["sglang_lane"]["choices"] == ["", *deployable]
 
 
 @pytest.fixture(scope="module")
