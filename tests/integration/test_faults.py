@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -246,15 +247,16 @@ def test_a_restore_that_fails_leaves_the_replica_out_and_says_so(run_playbook) -
         )
     finally:
         # The unit stays stopped, as the failed restore left it: without the stop, systemd's pending automatic
-        # restart (Restart=on-failure) would start a server that nobody asked for once the fault is gone, and
+        # restart (Restart=always) would start a server that nobody asked for once the fault is gone, and
         # the next test's switch would stop it again (a whole start of CPU beside that test's runs).
         lab(ROLLED, f"rm -f {FAULT_DROPIN} && systemctl daemon-reload && systemctl stop sglang")
     assert run.status == "failed", run.stats
     no_key_in(run.stdout, json.dumps(run.events))
     message = run.results("Stop the rollout", "runner_on_failed")[ROLLED]["msg"]
     assert f"The restore to release {release} failed too" in message, message
-    # Both starts failed, each named with systemd's words: the update's and the restore's.
-    assert message.count("Unable to restart service sglang") == 2, message
+    # Both starts failed, each named with systemd's words: the update's and the restore's (a restart, or a
+    # start when systemd's start limit has already left the unit failed).
+    assert len(re.findall(r"Unable to (?:re)?start service sglang", message)) == 2, message
     assert "is OUT of the router and held out" in message and f"left on release {release}" in message, message
     assert "run the same command again" in message, message
     # What an AWX job keeps (set_stats): the replica, its outcome and why.
@@ -291,8 +293,10 @@ LOCK = "/var/lib/glm5-deploy/fleet.lock"
 # the first one (ansible/ansible#86078): a SIGINT that lands while the controller forks a worker is swallowed
 # (the run goes on), and one that kills a worker while it writes its result leaves the controller waiting
 # forever on the results queue. Its handler is then back to the default, so a second Ctrl-C ends the process
-# at once, before the callback can release the fleet lock.
-AGAIN_AFTER_S = 10
+# at once, before the callback can release the fleet lock. A heeded Ctrl-C says "User interrupted execution"
+# within a second; 4 s, not 10: a swallowed one at the inference check let the rest of that run (the probes'
+# answers, the routing) end in under 10 s with rc 0 in a make test rehearsal, and the test failed on it.
+AGAIN_AFTER_S = 4
 RELEASED = "Released the fleet lock on lab-gateway (the run ended early)"
 
 
