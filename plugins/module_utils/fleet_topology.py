@@ -112,11 +112,11 @@ def replica_place(
 # defaults/main.yml, their one home in YAML (tests/unit/test_fleet_topology.py reads it): the one place the
 # Python side states them.
 ROLE_DEFAULTS: dict[str, Any] = {
-    "sglang_server_port": 30000,  # roles/glm5_defaults
-    "sglang_router_port": 30000,  # roles/glm5_defaults
-    "sglang_router_metrics_port": 29000,  # roles/glm5_defaults
-    "sglang_guard_metrics_port": 29100,  # roles/glm5_defaults
-    "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",  # roles/glm5_defaults
+    "sglang_server_port": 30000,
+    "sglang_router_port": 30000,
+    "sglang_router_metrics_port": 29000,
+    "sglang_guard_metrics_port": 29100,
+    "model_checkpoint_repo": "nvidia/GLM-5-NVFP4",
 }
 
 

@@ -20,11 +20,24 @@ NAMES = re.compile(r"\b(" + "|".join(map(re.escape, FLEET_WIDE)) + r")\b")
 # A name followed by a literal default: the value stated a second time (a default that names another variable,
 # as hostvars[router].sglang_router_port | default(sglang_router_port), reads the one home).
 RESTATED = re.compile(r"\b(" + "|".join(map(re.escape, FLEET_WIDE)) + r")\s*\|\s*default\(\s*['\"0-9]")
+# The home's literal paths and names written out again anywhere (a default built from
+# '/var/lib/sglang/models/' instead of preflight_model_dir): not followed by more of a name, so
+# /opt/sglang-router is another path.
+LITERALS = re.compile(
+    "|".join(
+        re.escape(v) + r"(?![\w-])" for v in FLEET_WIDE.values() if isinstance(v, str) and v and "{{" not in v
+    )
+)
 
 
 # In a template only its Jinja reads a variable; the rest is the text it writes (an alert's description may
 # name a variable).
 JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+
+
+def load(path: Path) -> dict:
+    """A YAML mapping, or {} for a file that is missing or empty."""
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
 def role_text(role: Path) -> str:
@@ -58,30 +71,22 @@ def test_the_home_holds_the_values_the_issue_names() -> None:
 
 @pytest.mark.parametrize("role", OTHERS, ids=lambda p: p.name)
 def test_no_other_role_sets_or_restates_a_fleet_wide_value(role: Path) -> None:
-    defaults = role / "defaults" / "main.yml"
-    own = yaml.safe_load(defaults.read_text()) or {} if defaults.exists() else {}
+    own = load(role / "defaults" / "main.yml")
     assert not set(own) & set(FLEET_WIDE), f"{role.name} sets {sorted(set(own) & set(FLEET_WIDE))}"
-    assert not RESTATED.findall(role_text(role)), f"{role.name} re-states {RESTATED.findall(role_text(role))}"
+    text = role_text(role)
+    assert not RESTATED.findall(text), f"{role.name} re-states {RESTATED.findall(text)}"
+    assert not LITERALS.findall(text), f"{role.name} writes out {LITERALS.findall(text)}"
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     documented = {name for entry in spec.values() for name in (entry.get("options") or {})}
     assert not documented & set(FLEET_WIDE), f"{role.name} documents {sorted(documented & set(FLEET_WIDE))}"
 
 
 @pytest.mark.parametrize("role", OTHERS, ids=lambda p: p.name)
-def test_every_role_that_reads_one_depends_on_the_home(role: Path) -> None:
+def test_every_role_that_reads_one_depends_on_the_home_and_no_other_does(role: Path) -> None:
     read = sorted(set(NAMES.findall(role_text(role))))
-    meta = role / "meta" / "main.yml"
-    dependencies = (yaml.safe_load(meta.read_text()) or {}).get("dependencies") or [] if meta.exists() else []
-    depends = any(d.get("role") if isinstance(d, dict) else d for d in dependencies)
-    named = {(d.get("role") if isinstance(d, dict) else d) for d in dependencies}
-    if read:
-        assert "glm5.deploy.glm5_defaults" in named, (
-            f"{role.name} reads {read} without depending on glm5_defaults"
-        )
-    else:
-        assert not depends or "glm5.deploy.glm5_defaults" not in named, (
-            f"{role.name} depends on it for nothing"
-        )
+    dependencies = load(role / "meta" / "main.yml").get("dependencies") or []
+    named = {d.get("role") if isinstance(d, dict) else d for d in dependencies}
+    assert ("glm5.deploy.glm5_defaults" in named) == bool(read), (role.name, read, sorted(named))
 
 
 def test_the_spec_documents_each_value_once_with_its_default() -> None:
