@@ -1,0 +1,78 @@
+"""Keep the templates the controller compiles, for every forked worker and every later run to reuse.
+
+ansible-core 2.19 compiles each template and expression again in each worker process it forks for a host and a
+task, and keeps none: 1-5 ms a template, most of what a task costs the controller per host. This callback
+installs, in the main process and before the first fork, a cache of the compiled code (module_utils
+template_cache) in a directory of the controller's user, so that each template is compiled once per
+Python, Jinja2 and ansible-core version, and read back (a file read and an unmarshal) everywhere else.
+"""
+
+from __future__ import annotations
+
+# Ansible's plugin documentation comes before the imports (ansible-test sanity's validate-modules).
+# ruff: noqa: E402
+
+DOCUMENTATION = """
+name: glm5_template_cache
+type: aggregate
+short_description: Compile each Jinja2 template once, not once per host and task
+description:
+  - Installs a cache of compiled Jinja2 templates and expressions in the controller's main process, before
+    tasks fork, so that the worker of each host and task reads a template's compiled code instead of
+    compiling it again.
+  - An entry is keyed by the template's source, the environment's syntax and Ansible's compile-time options,
+    under a directory per Python, Jinja2 and ansible-core version; one whose filters or tests are now called
+    differently is compiled anew. Entries are only ever added; removing the directory is always safe.
+  - Ansible's template debugging (C(ANSIBLE_JINJA2_DEBUG)-style source dumps) bypasses the cache.
+requirements:
+  - enable in ansible.cfg (callbacks_enabled)
+options:
+  cache_dir:
+    description: The directory of the cache (created with mode 0700 when missing).
+    type: path
+    default: ~/.ansible/glm5_template_cache
+    env:
+      - name: GLM5_TEMPLATE_CACHE_DIR
+    ini:
+      - section: callback_glm5_template_cache
+        key: cache_dir
+"""
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from ansible.module_utils.ansible_release import __version__ as ansible_version
+from ansible.plugins.callback import CallbackBase
+from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import install, version_directory
+
+
+def ansible_compile_options(env: Any) -> tuple[Any, ...] | None:
+    """Ansible's compile-time options that reach the generated code: whether the lexer escapes backslashes
+    in expressions (a compile of Ansible's own, not one Jinja2 makes at runtime), whether constants that
+    look like templates are templated; None while template debugging writes each compile's source out."""
+    from ansible._internal._templating._jinja_bits import _TemplateCompileContext, _TemplateConfig
+
+    if getattr(env, "_debuggable_template_source", False):
+        return None
+    compiling = _TemplateCompileContext.current(optional=True)
+    return (
+        None if compiling is None else bool(compiling.escape_backslashes),
+        bool(_TemplateConfig.allow_embedded_templates),
+    )
+
+
+class CallbackModule(CallbackBase):
+    """Installs the cache; prints nothing."""
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "glm5.deploy.glm5_template_cache"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def set_options(self, task_keys=None, var_options=None, direct=None) -> None:
+        super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+        root = Path(self.get_option("cache_dir")).expanduser()
+        self.cache = install(
+            version_directory(root, jinja2.__version__, ansible_version), ansible_compile_options
+        )
