@@ -102,6 +102,11 @@ deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_N
 	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
 test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, refusals, molecule's containers).
+	@# The lab's wheelhouses (3.2 GB from PyPI, the first step of the artifacts' longer chain) need neither the
+	@# apt packages nor the venv (python3.11's own pip downloads them): on a fresh machine their download starts
+	@# now, in the background, beside apt's and the venv's. lab-artifacts asks for them again: build-wheelhouse
+	@# waits for a download under way (its lock) and downloads what a failed one left missing, with the error.
+	{ lab/bin/build-wheelhouse && lab/bin/build-wheelhouse smg-1.13.0; } >/dev/null &
 	@# apt's downloads beside pip's install: neither needs the other (the venv is python3.11's own).
 	$(MAKE) --no-print-directory -j2 --output-sync=target deps venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks-beside
