@@ -10,6 +10,9 @@ BIN := $(CURDIR)/$(VENV)/bin
 export GLM5_CACHE ?= $(HOME)/.cache/glm5-deploy
 export CONTAINERS_CONF := $(CURDIR)/lab/podman/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The machine's own PATH, without the venv's bin: what the background builders of make test run with while the
+# venv is being made (its python3.11 has no pip until its install ends).
+HOST_PATH := $(PATH)
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR ?= 0
 # The recipes' Python writes byte-code (into .venv, the cache's venvs and the project's ignored __pycache__)
@@ -28,7 +31,7 @@ CONTAINER_SCENARIOS := driver gpu-matrix checkpoint runtime
 
 COLLECTION_DIR := $(CURDIR)/build/collection
 
-.PHONY: help deps venv collection collection-install ee lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint sanity unit parser refusals integration molecule bench docs changelog clean clean-cache
+.PHONY: help deps venv collection collection-install ee lint-collection image lab-artifacts lab-artifacts-locked lab-artifacts-image lab-artifacts-engine lab-up lab-down deploy test checks checks-beside lint sanity unit parser refusals integration integration-beside molecule bench docs changelog clean clean-cache
 
 help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -102,19 +105,21 @@ deploy: lab-up ## The main job: ansible-playbook site.yml against the lab (LAB_N
 	$(PLAYBOOK) -i $(LAB_INVENTORY) site.yml
 
 test: ## The test command: integration (the lab fleet) beside checks (lint, unit, parser, refusals, molecule's containers).
-	@# The lab's wheelhouses (3.2 GB from PyPI, the first step of the artifacts' longer chain) need neither the
-	@# apt packages nor the venv (python3.11's own pip downloads them): on a fresh machine their download starts
-	@# now, in the background, beside apt's and the venv's. lab-artifacts asks for them again: build-wheelhouse
-	@# waits for a download under way (its lock) and downloads what a failed one left missing, with the error.
-	{ lab/bin/build-wheelhouse && lab/bin/build-wheelhouse smg-1.13.0; } >/dev/null &
+	@# The artifacts' longer chain (the engine's wheelhouse, 3.2 GB from PyPI; its venv; the tiny model trained in
+	@# it) needs neither the apt packages nor the venv (python3.11's own pip and venv): on a fresh machine it
+	@# starts now, in the background, beside apt's downloads and the venv's install, and so does the router's
+	@# wheelhouse. lab-artifacts asks for each again: each builder waits for a build under way (its lock), and
+	@# builds what a failed one left missing, with the error.
+	export PATH='$(HOST_PATH)'; \
+	  { lab/bin/build-wheelhouse && { lab/bin/build-wheelhouse smg-1.13.0 & lab/bin/build-tiny-model; wait; }; } >/dev/null &
 	@# apt's downloads beside pip's install: neither needs the other (the venv is python3.11's own).
 	$(MAKE) --no-print-directory -j2 --output-sync=target deps venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration checks-beside
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration-beside checks-beside
 
-# The lab fleet's suite is the longest: it starts at once (the lab's artifacts, then lab-up), and the checks run
-# beside it, one after the other: lint and unit need no artifact, so on a fresh machine they run while the
-# artifacts build; parser needs one, the engine's venv, which the lab builds early; refusals and the scenarios
-# with their own containers wait for all of them (lab-artifacts). The
+# The lab fleet's suite is the longest: it starts at once (integration-beside: lab.yml, its artifacts as it
+# needs them), and the checks run beside it, one after the other: lint and unit need no artifact, so on a fresh
+# machine they run while the artifacts build; parser needs one, the engine's venv, which the background chain
+# builds first; refusals and the scenarios with their own containers wait for all of them (lab-artifacts). The
 # machine's cores are what both halves share, so the checks run in the background of the CPU (lab/bin/background:
 # nice 10 in a low-weight cpu cgroup; their containers have a low weight of their own): they fill the lab suite's
 # waits instead of slowing the half that decides how long make test takes.
@@ -169,12 +174,25 @@ parser: venv ## pytest: rendered flags against each lane's real sglang parser (v
 refusals: lab-artifacts ## pytest: the bad inputs the inputs play refuses on the controller (site.yml at -vvv, no lab host needed).
 	$(BIN)/python -m pytest tests/integration -q -m controller
 
+# The lab fleet's suite, after the fleet is up: molecule default, the lab pytest, validate, rolling, rollback.
+define INTEGRATION_SUITE
+time $(BIN)/molecule test -s default
+time $(BIN)/python -m pytest tests/integration -q -m 'not controller and not bench' --durations=25
+time $(BIN)/molecule test -s validate
+time $(BIN)/molecule test -s rolling
+time $(BIN)/molecule test -s rollback
+endef
+
 integration: lab-up ## On the lab fleet: molecule default (deploy + idempotence), pytest via ansible-runner, validate, rolling, rollback.
-	time $(BIN)/molecule test -s default
-	time $(BIN)/python -m pytest tests/integration -q -m 'not controller and not bench' --durations=25
-	time $(BIN)/molecule test -s validate
-	time $(BIN)/molecule test -s rolling
-	time $(BIN)/molecule test -s rollback
+	$(INTEGRATION_SUITE)
+
+# make test's lab half: lab.yml at once, without lab-artifacts' two chains first. Each of its steps builds, or
+# waits for (the builders' locks), the artifact it needs: the image and the apt repository when the containers
+# start, the model and the mirror when the mirror starts. The engine's chain, the longer one, is building in
+# the background meanwhile (make test), so the containers come up while the tiny model trains.
+integration-beside: venv
+	$(PLAYBOOK) -i $(LAB_INVENTORY) lab/playbooks/lab.yml
+	$(INTEGRATION_SUITE)
 
 molecule: lab-artifacts ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
 	for scenario in $(CONTAINER_SCENARIOS); do \
