@@ -112,8 +112,9 @@ test: ## The test command: integration (the lab fleet) beside checks (lint, unit
 	@# builds what a failed one left missing, with the error.
 	export PATH='$(HOST_PATH)'; \
 	  { lab/bin/build-wheelhouse && { lab/bin/build-wheelhouse smg-1.13.0 & lab/bin/build-tiny-model; wait; }; } >/dev/null &
-	@# apt's downloads beside pip's install: neither needs the other (the venv is python3.11's own).
-	$(MAKE) --no-print-directory -j2 --output-sync=target deps venv
+	@# apt's downloads beside pip's install: neither needs the other (the venv is python3.11's own). The lab's
+	@# image needs apt's debootstrap only: it builds as soon as apt is done, beside the venv's install.
+	$(MAKE) --no-print-directory -j3 --output-sync=target deps venv image
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration-beside checks-beside
 
 # The lab fleet's suite is the longest: it starts at once (integration-beside: lab.yml, its artifacts as it
