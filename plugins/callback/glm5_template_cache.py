@@ -23,7 +23,8 @@ description:
   - An entry is keyed by the template's source, the environment's syntax and Ansible's compile-time options,
     under a directory per Python, Jinja2 and ansible-core version; one whose filters or tests are now called
     differently is compiled anew. Entries are only ever added; removing the directory is always safe.
-  - Ansible's template debugging (C(ANSIBLE_JINJA2_DEBUG)-style source dumps) bypasses the cache.
+  - ansible-core's template source debugging (its developers' switch, which writes each compile's Python
+    source to a file) bypasses the cache.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
 options:
