@@ -29,7 +29,11 @@ requirements:
   - enable in ansible.cfg (callbacks_enabled)
 options:
   cache_dir:
-    description: The directory of the cache (created with mode 0700 when missing).
+    description:
+      - The directory of the cache (created with mode 0700 when missing, as is its directory per version).
+      - It and its directory per version must belong to the controller's user and be writable by no other
+        user (an entry is code the controller runs); when they are not, the run warns and compiles as
+        without the cache.
     type: path
     default: ~/.ansible/glm5_template_cache
     env:
@@ -45,7 +49,11 @@ from typing import Any
 import jinja2
 from ansible.module_utils.ansible_release import __version__ as ansible_version
 from ansible.plugins.callback import CallbackBase
-from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import install, version_directory
+from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import (
+    install,
+    prepare,
+    version_directory,
+)
 
 
 def ansible_compile_options(env: Any) -> tuple[Any, ...] | None:
@@ -73,7 +81,12 @@ class CallbackModule(CallbackBase):
 
     def set_options(self, task_keys=None, var_options=None, direct=None) -> None:
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
-        root = Path(self.get_option("cache_dir")).expanduser()
-        self.cache = install(
-            version_directory(root, jinja2.__version__, ansible_version), ansible_compile_options
+        directory = version_directory(
+            Path(self.get_option("cache_dir")).expanduser(), jinja2.__version__, ansible_version
         )
+        # An entry is code the controller runs: a directory another user can write to is not read.
+        problem = prepare(directory)
+        if problem is not None:
+            self._display.warning(f"glm5_template_cache is off for this run: {problem}")
+            return
+        install(directory, ansible_compile_options)

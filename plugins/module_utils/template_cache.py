@@ -14,8 +14,10 @@ compiling again. Each entry records the filters and tests the template names wit
 argument Jinja2 passes first, which the compiler writes into the code); an entry whose filters or tests are
 called differently now is compiled anew. What Jinja2's own bytecode cache keys on, this keys on too, and more.
 
-The pure parts (keys, entries, dependencies) are functions; `install` patches `jinja2.Environment.compile` and
-`compile_expression` in the process that calls it (the controller's main process, before any fork).
+An entry is code the controller runs: the cache is used only in directories of the controller's user that no
+other user can write to (prepare, trust_problem). The pure parts (keys, entries, dependencies) are
+functions; `install` patches `jinja2.Environment.compile` and `compile_expression` in the process that calls
+it (the controller's main process, before any fork).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import importlib.util
 import marshal
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -72,6 +75,11 @@ def environment_fingerprint(env: Any) -> tuple[Any, ...] | None:
     """Everything of ``env`` its compiler reads besides the template, or None when one of them cannot be named
     (an autoescape decided per template by a function: never cached)."""
     if callable(getattr(env, "autoescape", False)):
+        return None
+    # Jinja2's optimizer calls filters and tests at compile time on constant arguments and writes their
+    # results into the code: that code depends on what each filter does, not only on how it is called.
+    # Ansible's environment turns the optimizer off (AnsibleEnvironment.optimized = False): it is cached.
+    if getattr(env, "optimized", False):
         return None
     return (
         qualified(type(env)),
@@ -136,6 +144,36 @@ def load_entry(data: bytes) -> tuple[tuple[tuple[str, str, str], ...], CodeType]
     ):
         return None
     return tuple(tuple(dep) for dep in loaded[1]), loaded[2]
+
+
+def trust_problem(directories: Iterable[Path], uid: int | None = None) -> str | None:
+    """Why the entries under ``directories`` must not be loaded (an entry is code the controller runs), or
+    None when each is a directory of user ``uid`` (default: this process's) that no other user
+    can write to."""
+    owner = os.geteuid() if uid is None else uid
+    for directory in directories:
+        try:
+            status = directory.stat()
+        except OSError as error:
+            return f"{directory}: {error.strerror or error}"
+        if not stat.S_ISDIR(status.st_mode):
+            return f"{directory} is not a directory"
+        if status.st_uid != owner:
+            return f"{directory} belongs to uid {status.st_uid}, not to this user (uid {owner})"
+        if status.st_mode & 0o022:
+            return f"{directory} can be written by other users (mode {stat.S_IMODE(status.st_mode):04o})"
+    return None
+
+
+def prepare(directory: Path) -> str | None:
+    """Make ``directory`` and its parent (the cache's root) with mode 0700 where they are missing; why the
+    cache must not be used there (trust_problem, or a directory that cannot be made), or None."""
+    for each in (directory.parent, directory):
+        try:
+            each.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            return f"{each}: {error.strerror or error}"
+    return trust_problem((directory.parent, directory))
 
 
 def version_directory(root: Path, jinja_version: str, ansible_version: str) -> Path:

@@ -15,12 +15,17 @@ from ansible_collections.glm5.deploy.plugins.module_utils import template_cache 
 from controller_play import ROOT, ansible_playbook
 
 
+def unoptimized(**settings) -> jinja2.Environment:
+    """An environment as Ansible's is: without Jinja2's compile-time folding (the only kind cached)."""
+    return jinja2.Environment(optimized=False, **settings)
+
+
 def lookup_of(env: jinja2.Environment):
     return lambda kind, name: (env.filters if kind == "filter" else env.tests).get(name)
 
 
 def test_the_key_changes_with_every_part_of_a_compile() -> None:
-    env = jinja2.Environment()
+    env = unoptimized()
     context = (tc.environment_fingerprint(env), (True, False))
     key = tc.entry_key("template", "{{ a }}", None, None, context)
     assert key == tc.entry_key("template", "{{ a }}", None, None, context)
@@ -35,26 +40,61 @@ def test_the_key_changes_with_every_part_of_a_compile() -> None:
             "{{ a }}",
             None,
             None,
-            (tc.environment_fingerprint(jinja2.Environment(trim_blocks=True)), (True, False)),
+            (tc.environment_fingerprint(unoptimized(trim_blocks=True)), (True, False)),
         ),
         tc.entry_key(
             "template",
             "{{ a }}",
             None,
             None,
-            (tc.environment_fingerprint(jinja2.Environment(variable_start_string="[[")), (True, False)),
+            (tc.environment_fingerprint(unoptimized(variable_start_string="[[")), (True, False)),
         ),
     }
     assert key not in others and len(others) == 7
 
 
 def test_an_autoescape_decided_per_template_is_never_cached() -> None:
-    assert tc.environment_fingerprint(jinja2.Environment(autoescape=jinja2.select_autoescape())) is None
-    assert tc.environment_fingerprint(jinja2.Environment(autoescape=True)) is not None
+    assert tc.environment_fingerprint(unoptimized(autoescape=jinja2.select_autoescape())) is None
+    assert tc.environment_fingerprint(unoptimized(autoescape=True)) is not None
+
+
+def test_an_environment_that_folds_constants_at_compile_time_is_never_cached() -> None:
+    # Jinja2's optimizer writes a filter's result into the code ({{ "a" | upper }} compiles to "A"): that code
+    # depends on what the filter does, which no key can name.
+    folded = jinja2.Environment()
+    assert folded.optimized and tc.environment_fingerprint(folded) is None
+    assert tc.environment_fingerprint(unoptimized()) is not None
+
+
+def test_a_directory_another_user_could_write_to_is_not_trusted(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert tc.trust_problem([tmp_path, mine]) is None
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert tc.trust_problem([mine, shared]) == f"{shared} can be written by other users (mode 0777)"
+    assert tc.trust_problem([mine], uid=os.geteuid() + 1) == (
+        f"{mine} belongs to uid {os.geteuid()}, not to this user (uid {os.geteuid() + 1})"
+    )
+    (tmp_path / "file").write_text("")
+    assert tc.trust_problem([tmp_path / "file"]) == f"{tmp_path / 'file'} is not a directory"
+    assert "No such file or directory" in tc.trust_problem([tmp_path / "missing"])
+
+
+def test_prepare_makes_the_root_and_the_version_directory_private(tmp_path: Path) -> None:
+    directory = tmp_path / "root" / "py-version"
+    assert tc.prepare(directory) is None
+    assert {oct(path.stat().st_mode & 0o777) for path in (directory, directory.parent)} == {"0o700"}
+    # A root made by someone else, or shared, keeps the cache off; so does one that cannot be made.
+    directory.parent.chmod(0o775)
+    assert tc.prepare(directory) == f"{directory.parent} can be written by other users (mode 0775)"
+    (tmp_path / "file").write_text("")
+    assert "Not a directory" in tc.prepare(tmp_path / "file" / "root" / "py-version")
 
 
 def test_dependencies_are_the_filters_and_tests_with_how_each_is_called() -> None:
-    env = jinja2.Environment()
+    env = unoptimized()
     node = env.parse(
         "{% if x is defined %}{{ x | upper | default('y') }}{% endif %}{{ y | nosuch if y is string }}"
     )
@@ -72,7 +112,7 @@ def test_dependencies_are_the_filters_and_tests_with_how_each_is_called() -> Non
 
 
 def test_an_entry_is_current_only_while_its_filters_are_called_as_when_it_was_compiled() -> None:
-    env = jinja2.Environment()
+    env = unoptimized()
     deps = tc.dependencies(env.parse("{{ a | shout }}"), lookup_of(env))
     assert deps == (("filter", "shout", "missing"),) and tc.current(deps, lookup_of(env))
     env.filters["shout"] = str.upper
@@ -98,7 +138,7 @@ def test_entries_round_trip_and_anything_else_is_no_entry() -> None:
 
 
 def test_the_cache_reads_back_what_another_process_wrote(tmp_path: Path) -> None:
-    env = jinja2.Environment()
+    env = unoptimized()
     code = env.compile("{{ a }}")
     writer = tc.TemplateCache(tmp_path / "cache")
     writer.put("ab" * 32, code, ())
@@ -138,12 +178,12 @@ INSTALLED = textwrap.dedent(
 
     cache = tc.install(Path(sys.argv[1]), lambda env: ())
     assert tc.install(Path(sys.argv[1]), lambda env: ()) is cache
-    env = jinja2.Environment()
+    env = jinja2.Environment(optimized=False)
     out = [
         env.from_string("{% for x in xs %}{{ x | upper }},{% endfor %}").render(xs=["a", "b"]),
         env.compile_expression("a + 1")(a=1),
         env.compile_expression("missing", undefined_to_none=False)() is None,
-        jinja2.Environment(variable_start_string="[[", variable_end_string="]]")
+        jinja2.Environment(optimized=False, variable_start_string="[[", variable_end_string="]]")
         .from_string("[[ a ]] {{ a }}")
         .render(a=1),
     ]
@@ -218,10 +258,12 @@ def test_a_play_gives_the_same_output_and_error_with_the_cache_cold_warm_and_wit
     monkeypatch.setenv("GLM5_TEMPLATE_CACHE_DIR", str(tmp_path / "cache"))
 
     def shown(*callbacks: str) -> str:
+        """The tasks' output, then the run's warnings (stderr), each warning on one line."""
         monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", ",".join(callbacks))
         run = ansible_playbook(str(play))
         assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
-        return run.stdout[run.stdout.index("TASK [Show them]") : run.stdout.index("PLAY RECAP")] + run.stderr
+        warnings = " ".join(run.stderr.split()).replace("[WARNING]", "\n[WARNING]")
+        return run.stdout[run.stdout.index("TASK [Show them]") : run.stdout.index("PLAY RECAP")] + warnings
 
     without = shown("glm5.deploy.glm5_preload")
     assert "Test Case 1\\3; test1" in without, without
@@ -234,3 +276,11 @@ def test_a_play_gives_the_same_output_and_error_with_the_cache_cold_warm_and_wit
     assert without == cold == warm
     # The warm run compiled nothing new.
     assert sorted(path.name for path in (tmp_path / "cache").rglob("*") if path.is_file()) == entries
+    # A cache other users could write to is code they could make the controller run: off, with a warning.
+    (tmp_path / "cache").chmod(0o777)
+    off = (
+        f"\n[WARNING]: glm5_template_cache is off for this run: {tmp_path / 'cache'} can be written by other"
+        " users (mode 0777) "
+    )
+    shared = shown("glm5.deploy.glm5_preload", "glm5.deploy.glm5_template_cache")
+    assert off in shared and shared.replace(off, "", 1) == without
