@@ -199,14 +199,16 @@ integration-beside: venv
 
 # The longest container scenario (runtime: two releases installed, by one pip process each) runs beside the
 # others, which run one after the other: each spends much of its time on one process (pip, a container's boot),
-# so the two lines fill both cores where one left a core idle. Its output is shown when it ends.
+# so the two lines fill both cores where one left a core idle. Its output is shown when it ends, and kept in
+# build/molecule-<scenario>.log.
 molecule: lab-artifacts ## molecule test for each container scenario (validate, rolling and rollback run with integration, on the lab).
-	image=$$(lab/bin/build-image --print-name); log=$$(mktemp); status=0; \
+	image=$$(lab/bin/build-image --print-name); log=build/molecule-$(CONTAINER_SCENARIO_BESIDE).log; status=0; \
+	mkdir -p build; \
 	{ time GLM5_LAB_IMAGE=$$image $(BIN)/molecule test -s $(CONTAINER_SCENARIO_BESIDE); } >"$$log" 2>&1 & beside=$$!; \
 	for scenario in $(CONTAINER_SCENARIOS); do \
 	  time GLM5_LAB_IMAGE=$$image $(BIN)/molecule test -s $$scenario || { status=1; break; }; \
 	done; \
-	wait $$beside || status=1; cat "$$log"; rm -f "$$log"; exit $$status
+	wait $$beside || status=1; cat "$$log"; exit $$status
 
 bench: lab-artifacts ## The lab performance suite: measure P1-P5 and rewrite docs/benchmarks.md (BENCH_FIGURES=P1,P3 for some).
 	$(BIN)/python lab/bench/suite.py $(if $(BENCH_FIGURES),--figures $(BENCH_FIGURES))

@@ -43,6 +43,7 @@ options:
         key: cache_dir
 """
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,19 +57,29 @@ from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import 
 )
 
 
-def ansible_compile_options(env: Any) -> tuple[Any, ...] | None:
-    """Ansible's compile-time options that reach the generated code: whether the lexer escapes backslashes
-    in expressions (a compile of Ansible's own, not one Jinja2 makes at runtime), whether constants that
-    look like templates are templated; None while template debugging writes each compile's source out."""
+def ansible_compile_options() -> Callable[[Any], tuple[Any, ...] | None]:
+    """The reader of Ansible's compile-time options that reach the generated code: whether the lexer escapes
+    backslashes in expressions (a compile of Ansible's own, not one Jinja2 makes at runtime), whether
+    constants that look like templates are templated; None while template debugging writes each compile's
+    source out. They live in ansible-core's private templating module: looked up once, here, so that an
+    ansible-core without them turns the cache off (ImportError, AttributeError) instead of failing every
+    compile."""
     from ansible._internal._templating._jinja_bits import _TemplateCompileContext, _TemplateConfig
 
-    if getattr(env, "_debuggable_template_source", False):
-        return None
-    compiling = _TemplateCompileContext.current(optional=True)
-    return (
-        None if compiling is None else bool(compiling.escape_backslashes),
-        bool(_TemplateConfig.allow_embedded_templates),
-    )
+    current = _TemplateCompileContext.current
+    if not hasattr(_TemplateConfig, "allow_embedded_templates"):
+        raise AttributeError("_TemplateConfig has no allow_embedded_templates")
+
+    def options(env: Any) -> tuple[Any, ...] | None:
+        if getattr(env, "_debuggable_template_source", False):
+            return None
+        compiling = current(optional=True)
+        return (
+            None if compiling is None else bool(compiling.escape_backslashes),
+            bool(_TemplateConfig.allow_embedded_templates),
+        )
+
+    return options
 
 
 class CallbackModule(CallbackBase):
@@ -84,9 +95,16 @@ class CallbackModule(CallbackBase):
         directory = version_directory(
             Path(self.get_option("cache_dir")).expanduser(), jinja2.__version__, ansible_version
         )
+        try:
+            options = ansible_compile_options()
+        except (ImportError, AttributeError) as error:
+            self._display.warning(
+                f"glm5_template_cache is off for this run: ansible-core {ansible_version}: {error}"
+            )
+            return
         # An entry is code the controller runs: a directory another user can write to is not read.
         problem = prepare(directory)
         if problem is not None:
             self._display.warning(f"glm5_template_cache is off for this run: {problem}")
             return
-        install(directory, ansible_compile_options)
+        install(directory, options)

@@ -284,3 +284,36 @@ def test_a_play_gives_the_same_output_and_error_with_the_cache_cold_warm_and_wit
     )
     shared = shown("glm5.deploy.glm5_preload", "glm5.deploy.glm5_template_cache")
     assert off in shared and shared.replace(off, "", 1) == without
+
+
+def test_ansible_core_without_the_private_compile_options_turns_the_cache_off(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The compile-time options live in ansible-core's private templating module: read once when the
+    callback starts, so an ansible-core without them runs without the cache, with a warning, instead of
+    failing every compile."""
+    import types
+
+    from ansible._internal._templating._jinja_bits import _TemplateConfig
+    from ansible.plugins.callback import CallbackBase
+    from ansible_collections.glm5.deploy.plugins.callback import glm5_template_cache as callback
+
+    options = callback.ansible_compile_options()
+    # Outside Ansible's own compile (no backslash escaping decided), with its embedded-templates setting.
+    assert options(unoptimized()) == (None, _TemplateConfig.allow_embedded_templates)
+    debugging = unoptimized()
+    debugging._debuggable_template_source = True
+    assert options(debugging) is None
+
+    monkeypatch.setitem(sys.modules, "ansible._internal._templating._jinja_bits", types.ModuleType("moved"))
+    warnings: list[str] = []
+    installed: list[Path] = []
+    monkeypatch.setattr(CallbackBase, "set_options", lambda self, **kwargs: None)
+    monkeypatch.setattr(callback, "install", lambda directory, options: installed.append(directory))
+    plugin = callback.CallbackModule()
+    monkeypatch.setattr(plugin, "get_option", lambda name: str(tmp_path / "cache"))
+    monkeypatch.setattr(plugin, "_display", types.SimpleNamespace(warning=warnings.append))
+    plugin.set_options()
+    assert not installed and not (tmp_path / "cache").exists()
+    assert [w.split(": ")[0] for w in warnings] == ["glm5_template_cache is off for this run"], warnings
+    assert "cannot import name '_TemplateCompileContext'" in warnings[0], warnings
