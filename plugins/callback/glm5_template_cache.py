@@ -25,6 +25,8 @@ description:
     differently is compiled anew. Entries are only ever added; removing the directory is always safe.
   - ansible-core's template source debugging (its developers' switch, which writes each compile's Python
     source to a file) bypasses the cache.
+  - The compile-time options it keys on are read from ansible-core's private templating module; on an
+    ansible-core without them the run warns and compiles as without the cache.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
 options:
