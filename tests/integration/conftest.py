@@ -66,7 +66,7 @@ USER_CFG = """[defaults]
 inventory = {inventory}
 collections_path = {collections}
 callbacks_enabled = ansible.posix.profile_tasks, glm5.deploy.glm5_preload, glm5.deploy.glm5_template_cache,
-  glm5.deploy.glm5_fleet_lock
+  glm5.deploy.glm5_module_bytecode, glm5.deploy.glm5_fleet_lock
 interpreter_python = auto_silent
 host_key_checking = False
 forks = 50

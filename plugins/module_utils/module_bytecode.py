@@ -1,0 +1,113 @@
+"""Byte-code in Ansible's module payloads: the pure parts of the callback glm5_module_bytecode.
+
+A Python module reaches its host as a zip (AnsiballZ) of its source and every module_utils it imports, and
+the host's Python imports them from the zip with zipimport, which never writes byte-code: every task compiles
+ansible.module_utils.basic and the rest again, on every host. Measured on a lab node (debian12, Python 3.11):
+ansible.builtin.command took 0.23-0.30 CPU-s a run from the payload as ansible-core builds it, 0.13-0.18 with
+each module's byte-code beside its source (docs/journal/measurements.md).
+
+zipimport reads a ``name.pyc`` beside ``name.py`` in the zip first. The entry written here is a checked
+hash-based pyc (PEP 552): the host's Python uses it only when its magic number is the host's own and the hash
+of the source beside it matches; a host with another Python, or any mismatch, imports the source as before.
+A traceback names the module's path inside the payload (``ansible/module_utils/basic.py``), not the
+temporary directory the host unpacked it into.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import types
+import zipfile
+from importlib import _bootstrap_external  # type: ignore[attr-defined]
+from typing import Any
+
+# Entries that zipimport never imports as a module, or that the host rewrites (AnsiballZ appends its own
+# sitecustomize.py to the zip before it runs).
+SKIPPED = ("sitecustomize.py",)
+
+
+def bytecode(name: str, source: bytes) -> bytes | None:
+    """The checked hash-based pyc of ``source`` for this Python (compiled as zipimport compiles: the
+    interpreter's own flags, none inherited), naming ``name`` in its tracebacks; None for a source this
+    Python cannot compile (the host imports the source and reports the error, as without the pyc)."""
+    try:
+        code = compile(source, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    return bytes(
+        _bootstrap_external._code_to_hash_pyc(code, importlib.util.source_hash(source), checked=True)
+    )
+
+
+def wanted(name: str) -> bool:
+    """Whether the payload entry ``name`` gets its byte-code beside it (an empty package ``__init__.py``
+    does not: the builder passes its empty source, which costs nothing to compile)."""
+    return name.endswith(".py") and name.rsplit("/", 1)[-1] not in SKIPPED
+
+
+class BytecodeZipFile(zipfile.ZipFile):
+    """A ZipFile that writes each Python source's byte-code beside it, when ``with_bytecode`` is set (the
+    payload builder's entry points set it; any other use of the class writes what it is given)."""
+
+    with_bytecode = False
+
+    def writestr(self, zinfo_or_arcname: Any, data: Any, *args: Any, **kwargs: Any) -> None:
+        super().writestr(zinfo_or_arcname, data, *args, **kwargs)
+        if not self.with_bytecode:
+            return
+        if isinstance(zinfo_or_arcname, zipfile.ZipInfo):
+            name, date_time = zinfo_or_arcname.filename, zinfo_or_arcname.date_time
+            compress_type = zinfo_or_arcname.compress_type
+        else:
+            name, date_time, compress_type = zinfo_or_arcname, None, self.compression
+        if not wanted(name) or f"{name}c" in self.NameToInfo:
+            return
+        source = data.encode() if isinstance(data, str) else bytes(data)
+        pyc = bytecode(name, source) if source.strip() else None
+        if pyc is None:
+            return
+        entry = zipfile.ZipInfo(f"{name}c", date_time=date_time or (1980, 1, 1, 0, 0, 0))
+        entry.compress_type = compress_type
+        entry.external_attr = 0o644 << 16
+        super().writestr(entry, pyc)
+
+
+def zipfile_module() -> types.ModuleType:
+    """A stand-in for the ``zipfile`` module, as the payload builder's module sees it: everything zipfile
+    has, with ZipFile writing byte-code."""
+    module = types.ModuleType("zipfile")
+    module.__dict__.update({k: v for k, v in vars(zipfile).items() if not k.startswith("__")})
+    module.ZipFile = BytecodeZipFile
+    return module
+
+
+def builder(entry: Any) -> Any:
+    """``entry`` (a function of the payload builder called with the open zip as its 4th or 1st argument and
+    the extension manager as a keyword or last argument), turning byte-code on for that zip unless a
+    debugger or coverage extension is in the payload: those map the source files' paths, which a pyc
+    compiled on the controller does not carry."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        zf = next((a for a in args if isinstance(a, BytecodeZipFile)), None)
+        manager = kwargs.get("extension_manager", args[-1] if args else None)
+        if zf is not None:
+            zf.with_bytecode = not getattr(manager, "extension_names", ())
+        return entry(*args, **kwargs)
+
+    wrapped.__wrapped__ = entry  # type: ignore[attr-defined]
+    return wrapped
+
+
+def install(module_common: Any) -> None:
+    """Make ``module_common`` (ansible.executor.module_common) build payloads with byte-code: its zipfile
+    becomes zipfile_module(), and its two writers of payload entries turn byte-code on for their zip.
+    Raises AttributeError when it lacks one of them (another ansible-core: the caller warns and runs as
+    without this)."""
+    finder, adder = module_common.recursive_finder, module_common._add_module_to_zip
+    if not isinstance(module_common.zipfile, types.ModuleType):
+        raise AttributeError("module_common.zipfile is not the zipfile module")
+    if getattr(finder, "__wrapped__", None) is not None:
+        return
+    module_common.zipfile = zipfile_module()
+    module_common.recursive_finder = builder(finder)
+    module_common._add_module_to_zip = builder(adder)
