@@ -25,14 +25,38 @@ description:
     imports the source as before.
   - A payload is about three times as many bytes (ansible.builtin.command 126 KB, zipped, against 359 KB).
   - Payloads with a debugger or coverage extension get no byte-code (those map the source files' paths).
+  - ansible-core builds a module's payload once per run; the pycs are kept in O(cache_dir), one file per
+    source, so that later runs read them instead of compiling again.
   - The builder's entry points are ansible-core's private payload functions; on an ansible-core without
     them the run warns and builds payloads as without this callback.
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
+options:
+  cache_dir:
+    description:
+      - The directory where compiled pycs are kept, in a directory per Python version (both created with
+        mode 0700 when missing). Entries are only ever added; removing the directory is always safe.
+      - It and its directory per version must belong to the controller's user and be writable by no other
+        user (a pyc is code the hosts run); when they are not, the run warns and compiles each payload's
+        pycs without keeping them.
+    type: path
+    default: ~/.ansible/glm5_module_bytecode
+    env:
+      - name: GLM5_MODULE_BYTECODE_DIR
+    ini:
+      - section: callback_glm5_module_bytecode
+        key: cache_dir
 """
 
+from pathlib import Path
+
 from ansible.plugins.callback import CallbackBase
-from ansible_collections.glm5.deploy.plugins.module_utils.module_bytecode import install
+from ansible_collections.glm5.deploy.plugins.module_utils.module_bytecode import (
+    BytecodeStore,
+    install,
+    store_directory,
+)
+from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import prepare
 
 
 class CallbackModule(CallbackBase):
@@ -45,9 +69,14 @@ class CallbackModule(CallbackBase):
 
     def set_options(self, task_keys=None, var_options=None, direct=None) -> None:
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+        directory = store_directory(Path(self.get_option("cache_dir")).expanduser())
+        # A pyc is code the hosts run: a directory another user can write to is not read.
+        problem = prepare(directory)
+        if problem is not None:
+            self._display.warning(f"glm5_module_bytecode keeps no pyc for this run: {problem}")
         try:
             from ansible.executor import module_common
 
-            install(module_common)
+            install(module_common, None if problem else BytecodeStore(directory))
         except (ImportError, AttributeError) as error:
             self._display.warning(f"glm5_module_bytecode is off for this run: {error}")

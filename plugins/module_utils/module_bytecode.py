@@ -11,15 +11,24 @@ hash-based pyc (PEP 552): the host's Python uses it only when its magic number i
 of the source beside it matches; a host with another Python, or any mismatch, imports the source as before.
 A traceback names the module's path inside the payload (``ansible/module_utils/basic.py``), not the
 temporary directory the host unpacked it into.
+
+ansible-core builds each module's payload once per run; the pycs of a source are kept in a directory per
+Python version (BytecodeStore), named by a digest of the source and its name, so that later runs read them
+instead of compiling again. A pyc is code the hosts run: the store is used only in directories of the
+controller's user that no other user can write to (template_cache.prepare).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import types
 import zipfile
 from importlib import _bootstrap_external  # type: ignore[attr-defined]
+from pathlib import Path
 from typing import Any
+
+from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import write_whole
 
 # Entries that zipimport never imports as a module, or that the host rewrites (AnsiballZ appends its own
 # sitecustomize.py to the zip before it runs).
@@ -39,6 +48,46 @@ def bytecode(name: str, source: bytes) -> bytes | None:
     )
 
 
+def fits(pyc: bytes, source: bytes) -> bool:
+    """Whether ``pyc`` is a checked hash-based pyc of ``source`` for this Python."""
+    return (
+        pyc[:4] == importlib.util.MAGIC_NUMBER
+        and int.from_bytes(pyc[4:8], "little") == 0b11
+        and pyc[8:16] == importlib.util.source_hash(source)
+    )
+
+
+class BytecodeStore:
+    """The pycs this Python compiled, one file each under ``directory``, named by a digest of the source and
+    the name it is compiled under."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, name: str, source: bytes) -> Path:
+        digest = hashlib.sha256(b"%s\0%s" % (name.encode(), source)).hexdigest()
+        return self.directory / digest[:2] / digest
+
+    def bytecode(self, name: str, source: bytes) -> bytes | None:
+        """``bytecode(name, source)``, read from its file when that fits the source, else compiled, kept."""
+        path = self.path(name, source)
+        try:
+            kept = path.read_bytes()
+        except OSError:
+            kept = b""
+        if fits(kept, source):
+            return kept
+        pyc = bytecode(name, source)
+        if pyc is not None:
+            write_whole(path, pyc)
+        return pyc
+
+
+def store_directory(root: Path) -> Path:
+    """The directory of this Python's pycs under ``root``."""
+    return root / f"py{importlib.util.MAGIC_NUMBER.hex()}"
+
+
 def wanted(name: str) -> bool:
     """Whether the payload entry ``name`` gets its byte-code beside it (an empty package ``__init__.py``
     does not: the builder passes its empty source, which costs nothing to compile)."""
@@ -50,6 +99,8 @@ class BytecodeZipFile(zipfile.ZipFile):
     payload builder's entry points set it; any other use of the class writes what it is given)."""
 
     with_bytecode = False
+    # Where compiled pycs are kept between runs (install's); None compiles every one.
+    store: BytecodeStore | None = None
 
     def writestr(self, zinfo_or_arcname: Any, data: Any, *args: Any, **kwargs: Any) -> None:
         super().writestr(zinfo_or_arcname, data, *args, **kwargs)
@@ -63,7 +114,8 @@ class BytecodeZipFile(zipfile.ZipFile):
         if not wanted(name) or f"{name}c" in self.NameToInfo:
             return
         source = data.encode() if isinstance(data, str) else bytes(data)
-        pyc = bytecode(name, source) if source.strip() else None
+        compiled = self.store.bytecode if self.store is not None else bytecode
+        pyc = compiled(name, source) if source.strip() else None
         if pyc is None:
             return
         entry = zipfile.ZipInfo(f"{name}c", date_time=date_time or (1980, 1, 1, 0, 0, 0))
@@ -98,14 +150,15 @@ def builder(entry: Any) -> Any:
     return wrapped
 
 
-def install(module_common: Any) -> None:
-    """Make ``module_common`` (ansible.executor.module_common) build payloads with byte-code: its zipfile
-    becomes zipfile_module(), and its two writers of payload entries turn byte-code on for their zip.
-    Raises AttributeError when it lacks one of them (another ansible-core: the caller warns and runs as
-    without this)."""
+def install(module_common: Any, store: BytecodeStore | None = None) -> None:
+    """Make ``module_common`` (ansible.executor.module_common) build payloads with byte-code, kept in
+    ``store`` between runs: its zipfile becomes zipfile_module(), and its two writers of payload entries
+    turn byte-code on for their zip. Raises AttributeError when it lacks one of them (another ansible-core:
+    the caller warns and runs as without this)."""
     finder, adder = module_common.recursive_finder, module_common._add_module_to_zip
     if not isinstance(module_common.zipfile, types.ModuleType):
         raise AttributeError("module_common.zipfile is not the zipfile module")
+    BytecodeZipFile.store = store
     if getattr(finder, "__wrapped__", None) is not None:
         return
     module_common.zipfile = zipfile_module()

@@ -213,21 +213,26 @@ class TemplateCache:
         return entry[1]
 
     def put(self, key: str, code: CodeType, deps: tuple[tuple[str, str, str], ...]) -> None:
-        """Keep ``code`` in this process and in its file (written whole, then renamed: a worker that reads it
-        meanwhile finds the old file or none). A directory it cannot write only costs the compile."""
+        """Keep ``code`` in this process and in its file (write_whole)."""
         self.memory[key] = code
-        path = self.path(key)
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(dump_entry(code, deps))
-                os.replace(temporary, path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+        write_whole(self.path(key), dump_entry(code, deps))
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``path`` whole, then rename it into place (a process that reads it meanwhile finds the old file
+    or none); its directory is made with mode 0700 when missing. A directory it cannot write only costs the
+    entry: the error is swallowed."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 # The key of the expression being compiled (set by compile_expression, read by the compile it calls).

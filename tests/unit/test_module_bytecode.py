@@ -13,6 +13,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils import module_bytecode as mb
 from controller_play import ansible_playbook
 
@@ -89,7 +90,39 @@ def test_the_zip_writes_bytecode_only_for_python_sources_once_turned_on() -> Non
         assert zf.read("pkg/mod.pyc") == mb.bytecode("pkg/mod.py", SOURCE)
 
 
-def test_install_turns_bytecode_on_only_without_debugger_or_coverage_extensions() -> None:
+def test_the_store_compiles_a_source_once_and_reads_it_back_while_it_fits(
+    tmp_path: Path, monkeypatch
+) -> None:
+    store = mb.BytecodeStore(mb.store_directory(tmp_path))
+    assert store.directory.name == f"py{importlib.util.MAGIC_NUMBER.hex()}"
+    pyc = store.bytecode("probe.py", SOURCE)
+    assert pyc == mb.bytecode("probe.py", SOURCE)
+    kept = store.path("probe.py", SOURCE)
+    assert kept.read_bytes() == pyc and [p.name for p in kept.parent.iterdir()] == [kept.name]
+    # Read back: nothing is compiled.
+    monkeypatch.setattr(mb, "bytecode", lambda name, source: pytest.fail("compiled again"))
+    assert store.bytecode("probe.py", SOURCE) == pyc
+    monkeypatch.undo()
+    # Another name or source is another entry; an entry that does not fit its source is compiled anew.
+    assert store.path("other.py", SOURCE) != kept != store.path("probe.py", SOURCE + b"\n")
+    kept.write_bytes(mb.bytecode("probe.py", b"VALUE = 1\n"))
+    assert not mb.fits(kept.read_bytes(), SOURCE)
+    assert store.bytecode("probe.py", SOURCE) == pyc and kept.read_bytes() == pyc
+    # A source this Python cannot compile is kept nowhere.
+    assert store.bytecode("broken.py", b"def (:\n") is None
+    assert not store.path("broken.py", b"def (:\n").exists()
+
+
+def test_the_zip_reads_its_pycs_from_the_store(tmp_path: Path, monkeypatch) -> None:
+    store = mb.BytecodeStore(tmp_path)
+    monkeypatch.setattr(mb.BytecodeZipFile, "store", store)
+    with mb.BytecodeZipFile(io.BytesIO(), "w") as zf:
+        zf.with_bytecode = True
+        zf.writestr("probe.py", SOURCE)
+        assert zf.read("probe.pyc") == store.path("probe.py", SOURCE).read_bytes()
+
+
+def test_install_turns_bytecode_on_only_without_debugger_or_coverage_extensions(monkeypatch) -> None:
     import types
 
     seen: list[bool] = []
@@ -101,8 +134,11 @@ def test_install_turns_bytecode_on_only_without_debugger_or_coverage_extensions(
         seen.append(zf.with_bytecode)
 
     module_common = types.SimpleNamespace(zipfile=zipfile, recursive_finder=finder, _add_module_to_zip=adder)
+    monkeypatch.setattr(mb.BytecodeZipFile, "store", None)
     mb.install(module_common)
-    mb.install(module_common)  # a second install changes nothing
+    store = mb.BytecodeStore(Path("/nonexistent"))
+    mb.install(module_common, store)  # a second install only changes the store
+    assert mb.BytecodeZipFile.store is store
     assert module_common.recursive_finder.__wrapped__ is finder
     zf = module_common.zipfile.ZipFile(io.BytesIO(), "w")
     assert isinstance(zf, mb.BytecodeZipFile) and module_common.zipfile.ZIP_DEFLATED == zipfile.ZIP_DEFLATED
@@ -160,6 +196,7 @@ def test_a_play_runs_the_same_with_bytecode_in_its_payloads(tmp_path: Path, monk
     play.write_text(PLAY)
     monkeypatch.setenv("ANSIBLE_PIPELINING", "0")
     monkeypatch.setenv("ANSIBLE_KEEP_REMOTE_FILES", "1")
+    monkeypatch.setenv("GLM5_MODULE_BYTECODE_DIR", str(tmp_path / "pycs"))
 
     def shown(name: str, *callbacks: str) -> tuple[str, dict[str, list[str]]]:
         remote_tmp = tmp_path / name
@@ -173,8 +210,15 @@ def test_a_play_runs_the_same_with_bytecode_in_its_payloads(tmp_path: Path, monk
     without, plain = shown("without", "glm5.deploy.glm5_preload")
     assert "bytecode" in without and "nvidia-smi is not installed" in without, without
     assert "Error executing command" in without, without
+    assert not (tmp_path / "pycs").exists()
     with_it, compiled = shown("with", "glm5.deploy.glm5_preload", "glm5.deploy.glm5_module_bytecode")
     assert with_it == without
+    kept = sorted(path for path in (tmp_path / "pycs").rglob("*") if path.is_file())
+    assert kept and not [path for path in kept if path.name.startswith(".tmp-")]
+    # The next run reads the pycs it needs: it compiles nothing and sends the same payloads.
+    again, compiled_again = shown("again", "glm5.deploy.glm5_preload", "glm5.deploy.glm5_module_bytecode")
+    assert again == without and compiled_again == compiled
+    assert sorted(path for path in (tmp_path / "pycs").rglob("*") if path.is_file()) == kept
     assert sorted(plain) == sorted(compiled) and len(plain) == 3, sorted(plain)
     for module, names in compiled.items():
         sources = [n for n in plain[module] if n.endswith(".py") and n != "sitecustomize.py"]
@@ -185,7 +229,31 @@ def test_a_play_runs_the_same_with_bytecode_in_its_payloads(tmp_path: Path, monk
         assert not [n for n in plain[module] if n.endswith(".pyc")]
 
 
-def test_ansible_core_without_the_payload_builder_runs_without_it(monkeypatch) -> None:
+def test_a_store_other_users_could_write_to_keeps_no_pyc(tmp_path: Path, monkeypatch) -> None:
+    import types
+
+    from ansible.plugins.callback import CallbackBase
+    from ansible_collections.glm5.deploy.plugins.callback import glm5_module_bytecode as callback
+
+    installed: list[object] = []
+    warnings: list[str] = []
+    monkeypatch.setattr(CallbackBase, "set_options", lambda self, **kwargs: None)
+    monkeypatch.setattr(callback, "install", lambda module_common, store=None: installed.append(store))
+    plugin = callback.CallbackModule()
+    monkeypatch.setattr(plugin, "get_option", lambda name: str(tmp_path / "pycs"))
+    monkeypatch.setattr(plugin, "_display", types.SimpleNamespace(warning=warnings.append))
+    plugin.set_options()
+    assert [type(store).__name__ for store in installed] == ["BytecodeStore"] and not warnings
+    (tmp_path / "pycs").chmod(0o777)
+    plugin.set_options()
+    assert installed[1] is None, installed
+    assert warnings == [
+        f"glm5_module_bytecode keeps no pyc for this run: {tmp_path / 'pycs'} can be written by other users"
+        " (mode 0777)"
+    ]
+
+
+def test_ansible_core_without_the_payload_builder_runs_without_it(tmp_path: Path, monkeypatch) -> None:
     import types
 
     from ansible.executor import module_common
@@ -197,6 +265,7 @@ def test_ansible_core_without_the_payload_builder_runs_without_it(monkeypatch) -
     warnings: list[str] = []
     monkeypatch.setattr(CallbackBase, "set_options", lambda self, **kwargs: None)
     plugin = callback.CallbackModule()
+    monkeypatch.setattr(plugin, "get_option", lambda name: str(tmp_path / "pycs"))
     monkeypatch.setattr(plugin, "_display", types.SimpleNamespace(warning=warnings.append))
     plugin.set_options()
     assert module_common.recursive_finder is finder and module_common.zipfile is zipfile
