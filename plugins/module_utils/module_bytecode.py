@@ -89,8 +89,8 @@ def store_directory(root: Path) -> Path:
 
 
 def wanted(name: str) -> bool:
-    """Whether the payload entry ``name`` gets its byte-code beside it (an empty package ``__init__.py``
-    does not: the builder passes its empty source, which costs nothing to compile)."""
+    """Whether the payload entry ``name`` is a Python source that gets its byte-code beside it (the zip's
+    writestr also leaves out an empty source, such as a package's ``__init__.py``: nothing to compile)."""
     return name.endswith(".py") and name.rsplit("/", 1)[-1] not in SKIPPED
 
 
