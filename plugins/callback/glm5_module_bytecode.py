@@ -1,9 +1,12 @@
-"""Send each Python module to its hosts with the byte-code of its sources, compiled once by the controller.
+"""Send each Python module to its hosts with the byte-code of its sources, compiled once by the controller,
+and keep the import scan of each source that the controller's payload builder makes.
 
 A host imports a module's payload (AnsiballZ) with zipimport, which compiles every module_utils it imports at
 every task and never keeps the result. This callback makes the controller's payload builder write each
 source's byte-code beside it (module_utils module_bytecode): a host with the controller's Python version
-imports that instead, any other host imports the source as before.
+imports that instead, any other host imports the source as before. The builder parses every source of a
+payload to find its imports, once per module and run; the scans are kept between runs (module_utils
+module_scan), so that the sources are parsed only when they change.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ description:
   - Payloads with a debugger or coverage extension get no byte-code (those map the source files' paths).
   - ansible-core builds a module's payload once per run; the pycs are kept in O(cache_dir), one file per
     source, so that later runs read them instead of compiling again.
+  - To build a payload, ansible-core parses each of its sources (54 for ansible.builtin.file) and walks
+    the tree for the module_utils it imports. What the walk finds (a function of the source, its name and
+    whether it is a package) is kept in O(cache_dir) too, in a directory per ansible-core and Python, so
+    that a source is parsed again only when it changes; where each import is found, what the payload holds
+    and every error stay ansible-core's own.
   - The builder's entry points are ansible-core's private payload functions; on an ansible-core without
     them the run warns and builds payloads as without this callback.
 requirements:
@@ -34,11 +42,12 @@ requirements:
 options:
   cache_dir:
     description:
-      - The directory where compiled pycs are kept, in a directory per Python version (both created with
-        mode 0700 when missing). Entries are only ever added; removing the directory is always safe.
-      - It and its directory per version must belong to the controller's user and be writable by no other
-        user (a pyc is code the hosts run); when they are not, the run warns and compiles each payload's
-        pycs without keeping them.
+      - The directory where compiled pycs are kept, in a directory per Python version, and the import
+        scans, in a directory per ansible-core and Python version (all created with mode 0700 when
+        missing). Entries are only ever added; removing the directory is always safe.
+      - It and its directories per version must belong to the controller's user and be writable by no
+        other user (a pyc is code the hosts run, a scan decides which sources a payload carries); when they
+        are not, the run warns, compiles each payload's pycs and scans each source without keeping them.
     type: path
     default: ~/.ansible/glm5_module_bytecode
     env:
@@ -48,9 +57,12 @@ options:
         key: cache_dir
 """
 
+import importlib.util
 from pathlib import Path
 
+from ansible.module_utils.ansible_release import __version__ as ansible_version
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.glm5.deploy.plugins.module_utils import module_scan
 from ansible_collections.glm5.deploy.plugins.module_utils.module_bytecode import (
     BytecodeStore,
     install,
@@ -60,7 +72,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.template_cache import 
 
 
 class CallbackModule(CallbackBase):
-    """Installs the payload builder with byte-code; prints nothing."""
+    """Installs the payload builder with byte-code and kept scans; prints nothing."""
 
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -69,14 +81,23 @@ class CallbackModule(CallbackBase):
 
     def set_options(self, task_keys=None, var_options=None, direct=None) -> None:
         super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
-        directory = store_directory(Path(self.get_option("cache_dir")).expanduser())
-        # A pyc is code the hosts run: a directory another user can write to is not read.
-        problem = prepare(directory)
+        root = Path(self.get_option("cache_dir")).expanduser()
+        directory = store_directory(root)
+        scans = module_scan.store_directory(root, ansible_version, importlib.util.MAGIC_NUMBER)
+        # A pyc is code the hosts run, a scan decides what a payload carries: a directory another user can
+        # write to is not read.
+        problem = prepare(directory) or prepare(scans)
         if problem is not None:
-            self._display.warning(f"glm5_module_bytecode keeps no pyc for this run: {problem}")
+            self._display.warning(f"glm5_module_bytecode keeps no pyc or scan for this run: {problem}")
         try:
             from ansible.executor import module_common
 
             install(module_common, None if problem else BytecodeStore(directory))
         except (ImportError, AttributeError) as error:
             self._display.warning(f"glm5_module_bytecode is off for this run: {error}")
+            return
+        try:
+            if problem is None:
+                module_scan.install(module_common, module_scan.ScanStore(scans))
+        except AttributeError as error:
+            self._display.warning(f"glm5_module_bytecode keeps no scan for this run: {error}")

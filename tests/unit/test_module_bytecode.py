@@ -239,17 +239,18 @@ def test_a_store_other_users_could_write_to_keeps_no_pyc(tmp_path: Path, monkeyp
     warnings: list[str] = []
     monkeypatch.setattr(CallbackBase, "set_options", lambda self, **kwargs: None)
     monkeypatch.setattr(callback, "install", lambda module_common, store=None: installed.append(store))
+    monkeypatch.setattr(callback.module_scan, "install", lambda module_common, store: installed.append(store))
     plugin = callback.CallbackModule()
     monkeypatch.setattr(plugin, "get_option", lambda name: str(tmp_path / "pycs"))
     monkeypatch.setattr(plugin, "_display", types.SimpleNamespace(warning=warnings.append))
     plugin.set_options()
-    assert [type(store).__name__ for store in installed] == ["BytecodeStore"] and not warnings
+    assert [type(store).__name__ for store in installed] == ["BytecodeStore", "ScanStore"] and not warnings
     (tmp_path / "pycs").chmod(0o777)
     plugin.set_options()
-    assert installed[1] is None, installed
+    assert installed[2:] == [None], installed
     assert warnings == [
-        f"glm5_module_bytecode keeps no pyc for this run: {tmp_path / 'pycs'} can be written by other users"
-        " (mode 0777)"
+        f"glm5_module_bytecode keeps no pyc or scan for this run: {tmp_path / 'pycs'} can be written by"
+        " other users (mode 0777)"
     ]
 
 
