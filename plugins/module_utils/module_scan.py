@@ -120,13 +120,13 @@ def keep_scans(finder: type, store: ScanStore) -> None:
     def __init__(self: Any, module_fqn: str, tree: Any, is_pkg_init: bool = False) -> None:
         key = digest(module_fqn, is_pkg_init, tree.source) if isinstance(tree, LazyTree) else None
         kept = store.read(key) if key else None
-        if kept is None:
-            walk(self, module_fqn, tree.tree() if isinstance(tree, LazyTree) else tree, is_pkg_init)
-            if key:
-                store.write(key, self.submodules, self.optional_imports)
+        if kept is not None:
+            self.module_fqn, self.is_pkg_init = module_fqn, is_pkg_init
+            self.submodules, self.optional_imports = kept[0], kept[1]
             return
-        self.module_fqn, self.is_pkg_init = module_fqn, is_pkg_init
-        self.submodules, self.optional_imports = kept
+        walk(self, module_fqn, tree.tree() if isinstance(tree, LazyTree) else tree, is_pkg_init)
+        if key:
+            store.write(key, self.submodules, self.optional_imports)
 
     __init__.__wrapped__ = walk  # type: ignore[attr-defined]
     finder.__init__ = __init__  # type: ignore[misc]
