@@ -3,10 +3,8 @@ imports that when it fits (this Python, this source) and the source otherwise; m
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import io
-import re
 import subprocess
 import sys
 import textwrap
@@ -15,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils import module_bytecode as mb
-from controller_play import ansible_playbook
+from controller_play import play_keeping_payloads
 
 SOURCE = b"VALUE = 6 * 7\n\ndef where():\n    return __file__\n"
 
@@ -182,30 +180,14 @@ PLAY = """\
 """
 
 
-def payloads(remote_tmp: Path) -> dict[str, list[str]]:
-    """The entries of every payload a run kept (ANSIBLE_KEEP_REMOTE_FILES), by module file."""
-    found = {}
-    for script in remote_tmp.rglob("AnsiballZ_*.py"):
-        data = re.search(r"zip_data='([^']*)'", script.read_text()).group(1)
-        found[script.name] = zipfile.ZipFile(io.BytesIO(base64.b64decode(data))).namelist()
-    return found
-
-
 def test_a_play_runs_the_same_with_bytecode_in_its_payloads(tmp_path: Path, monkeypatch) -> None:
     play = tmp_path / "play.yml"
     play.write_text(PLAY)
-    monkeypatch.setenv("ANSIBLE_PIPELINING", "0")
-    monkeypatch.setenv("ANSIBLE_KEEP_REMOTE_FILES", "1")
     monkeypatch.setenv("GLM5_MODULE_BYTECODE_DIR", str(tmp_path / "pycs"))
 
     def shown(name: str, *callbacks: str) -> tuple[str, dict[str, list[str]]]:
-        remote_tmp = tmp_path / name
-        monkeypatch.setenv("ANSIBLE_REMOTE_TMP", str(remote_tmp))
-        monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", ",".join(callbacks))
-        run = ansible_playbook(str(play))
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        shown = run.stdout[run.stdout.index("TASK [Show them]") : run.stdout.index("PLAY RECAP")]
-        return shown, payloads(remote_tmp)
+        output, kept = play_keeping_payloads(play, tmp_path / name, callbacks, monkeypatch)
+        return output, {module: list(entries) for module, entries in kept.items()}
 
     without, plain = shown("without", "glm5.deploy.glm5_preload")
     assert "bytecode" in without and "nvidia-smi is not installed" in without, without

@@ -3,15 +3,11 @@ scans are kept, read back or made anew, and a source that changes is scanned aga
 
 from __future__ import annotations
 
-import base64
-import io
-import re
-import zipfile
 from pathlib import Path
 
 import pytest
 from ansible_collections.glm5.deploy.plugins.module_utils import module_scan as ms
-from controller_play import ansible_playbook
+from controller_play import play_keeping_payloads
 
 NAME = ("ansible", "module_utils", "basic")
 
@@ -154,16 +150,6 @@ if __name__ == "__main__":
 """
 
 
-def payloads(remote_tmp: Path) -> dict[str, dict[str, bytes]]:
-    """Every payload a run kept (ANSIBLE_KEEP_REMOTE_FILES), by module file: each entry's bytes."""
-    found = {}
-    for script in remote_tmp.rglob("AnsiballZ_*.py"):
-        data = re.search(r"zip_data='([^']*)'", script.read_text()).group(1)
-        with zipfile.ZipFile(io.BytesIO(base64.b64decode(data))) as zf:
-            found[script.name] = {name: zf.read(name) for name in zf.namelist()}
-    return found
-
-
 def test_a_play_sends_the_same_payloads_with_scans_kept_read_and_made_anew(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -176,18 +162,10 @@ def test_a_play_sends_the_same_payloads_with_scans_kept_read_and_made_anew(
     play = project / "play.yml"
     play.write_text(PLAY)
     cache = tmp_path / "cache"
-    monkeypatch.setenv("ANSIBLE_PIPELINING", "0")
-    monkeypatch.setenv("ANSIBLE_KEEP_REMOTE_FILES", "1")
     monkeypatch.setenv("GLM5_MODULE_BYTECODE_DIR", str(cache))
 
     def shown(name: str, *callbacks: str) -> tuple[str, dict[str, dict[str, bytes]]]:
-        remote_tmp = tmp_path / name
-        monkeypatch.setenv("ANSIBLE_REMOTE_TMP", str(remote_tmp))
-        monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", ",".join(callbacks))
-        run = ansible_playbook(str(play))
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        shown = run.stdout[run.stdout.index("TASK [Show them]") : run.stdout.index("PLAY RECAP")]
-        return shown, payloads(remote_tmp)
+        return play_keeping_payloads(play, tmp_path / name, callbacks, monkeypatch)
 
     def scans() -> list[Path]:
         return sorted(path for path in cache.glob("scan-*/*/*") if not path.name.startswith(".tmp-"))
