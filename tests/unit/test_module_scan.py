@@ -3,6 +3,7 @@ scans are kept, read back or made anew, and a source that changes is scanned aga
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_a_tree_is_parsed_on_first_use_only(monkeypatch) -> None:
 
     def parse(name, source):
         parsed.append(name)
-        return compile(source, name, "exec", 0x400)  # ast.PyCF_ONLY_AST
+        return compile(source, name, "exec", ast.PyCF_ONLY_AST)
 
     tree = ms.lazy_parse(parse)("m", b"METADATA = 1\n")
     assert parsed == []
@@ -109,8 +110,14 @@ def test_install_refuses_an_ansible_core_without_the_finder_it_was_written_for()
             types.SimpleNamespace(_compile_module_ast=parse, ModuleDepFinder=object()),
             ms.ScanStore(Path("/")),
         )
+    # A finder class without an __init__ of its own: nothing to read the kept scans into.
+    with pytest.raises(AttributeError, match="ModuleDepFinder"):
+        ms.install(
+            types.SimpleNamespace(_compile_module_ast=parse, ModuleDepFinder=type("F", (), {})),
+            ms.ScanStore(Path("/")),
+        )
     with pytest.raises(AttributeError):
-        ms.install(types.SimpleNamespace(ModuleDepFinder=type("F", (), {})), ms.ScanStore(Path("/")))
+        ms.install(types.SimpleNamespace(ModuleDepFinder=ms.LazyTree), ms.ScanStore(Path("/")))
 
 
 PLAY = """\
