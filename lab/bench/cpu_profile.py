@@ -13,14 +13,21 @@ seconds when every task with work waited for the disk (the kernel's pressure sta
 piece of work (calibrate): the same suite takes minutes more at some hours of the shared host than at others,
 and a comparison of two runs needs these figures beside it. A benchmark, not a test: nothing is asserted about
 time. The summary is pure (summarize, below; tests/unit/test_cpu_profile.py).
+
+With --by-command (root), the kernel's process accounting is on while CMD runs, into --out's .pacct file
+beside it: the summary adds the CPU of every process that ended by command name and by parent
+(process_account.py), what the groups above cannot say (how many ansible-playbook runs, module runs on the
+nodes, pip installs). Accounting is machine-wide and one file at a time: it is turned off when CMD ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import itertools
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -29,6 +36,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import process_account
 
 ROOT = Path(__file__).resolve().parents[2]
 PODMAN_CGROUPS = Path("/sys/fs/cgroup/cpuacct/libpod_parent")
@@ -180,16 +189,35 @@ def sample() -> Sample:
     return time.time(), busy, idle, seen
 
 
+def accounting(path: Path | None) -> str:
+    """The kernel's process accounting on into ``path`` (an existing file), or off (None): acct(2). The
+    error, or "" when it worked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.acct(os.fsencode(path) if path else None) == 0:
+        return ""
+    return os.strerror(ctypes.get_errno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=30)
     parser.add_argument("--window", type=float, default=300)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench" / "cpu-profile.json")
+    parser.add_argument("--by-command", action="store_true", help="add the CPU by process (root: acct(2))")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to profile after --")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    accounted = args.out.with_suffix(".pacct") if args.by_command else None
+    if accounted:
+        accounted.write_bytes(b"")
+        accounted.chmod(0o600)
+        problem = accounting(accounted)
+        if problem:
+            print(f"cpu_profile: no process accounting ({problem}): the groups only", file=sys.stderr)
+            accounted = None
     calibration = [calibrate()]
     samples = [sample()]
     done = threading.Event()
@@ -206,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         done.set()
         thread.join()
         samples.append(sample())
+        if accounted:
+            accounting(None)
     calibration.append(calibrate())
     summary = {
         "command": command,
@@ -213,9 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibration_cpu_s": calibration,
         **summarize(samples, args.window),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if accounted:
+        summary["processes"] = process_account.summarize(process_account.parse(accounted.read_bytes()))
     args.out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(render(summary))
+    if accounted:
+        print(process_account.render(summary["processes"]))
     return rc
 
 

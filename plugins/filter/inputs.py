@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.glm5.deploy.plugins.module_utils.fleet_topology import (
@@ -67,7 +66,7 @@ from ansible_collections.glm5.deploy.plugins.module_utils.inventory_contract imp
     CONTRACT_VARS,
     inventory_problems,
 )
-from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import setting_dests
+from ansible_collections.glm5.deploy.plugins.module_utils.sglang_flags import load_yaml, setting_dests
 
 
 def _provided(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:
@@ -124,9 +123,7 @@ def role_options(path: str, mtime_ns: int) -> dict[str, Any]:
     """The options of the entry point main of an argument_specs.yml (cached by path and mtime: every host's
     inputs read the same files; callback glm5_preload reads them once before the tasks fork)."""
     del mtime_ns  # the cache's key only: a changed file is read again
-    return dict(
-        yaml.safe_load(Path(path).read_text(encoding="utf-8"))["argument_specs"]["main"]["options"] or {}
-    )
+    return dict(load_yaml(Path(path))["argument_specs"]["main"]["options"] or {})
 
 
 def sglang_spec_inputs(options: Mapping[str, Any], hostvars: Any) -> dict[str, Any]:

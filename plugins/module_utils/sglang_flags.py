@@ -104,7 +104,8 @@ def version_matches(version: str, spec: str | None) -> bool:
 
 
 def load_yaml(path: Path) -> Any:
-    """A data file of the collection (profiles, lanes, the known-bad table), read safely."""
+    """A data file of the collection (profiles, lanes, the known-bad table, the roles' argument specs), read
+    safely."""
     import yaml  # PyYAML ships with ansible-core; imported here so the pure functions need nothing.
 
     with path.open(encoding="utf-8") as handle:

@@ -1,0 +1,124 @@
+"""Lab only: the CPU of every process a command ran, by command name and by parent, from the kernel's BSD
+process accounting (acct(2), version 3 records; cpu_profile.py --by-command turns it on around the command).
+
+The kernel writes one 64-byte record when a process ends, in the containers too (their PID namespaces are
+children of this one): its name (the kernel's 16-byte comm; a process that renamed a thread ends under that
+thread's name, as sglang's do), its PID and its parent's, when it began, how long it lived and its user and
+system CPU, its threads' included. A process still running when accounting stops has no record.
+What cpu_profile.py's groups (containers, the checks half) cannot say, this says: how many ansible-playbook
+runs a suite made and what they cost, the module runs on the nodes, the pip installs, the engines' processes.
+The functions are pure (tests/unit/test_process_account.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+# struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime (s), etime (float,
+# in AHZ ticks), then comp_t utime, stime, mem, io, rw, minflt, majflt, swaps, and comm[16].
+RECORD = struct.Struct("<BBHIIIIIIfHHHHHHHH16s")
+VERSION = 3
+AHZ = 100
+
+
+class Process(NamedTuple):
+    pid: int
+    ppid: int
+    start: float  # epoch seconds
+    seconds: float  # how long it lived
+    cpu: float  # user + system CPU seconds
+    command: str
+
+
+def comp_seconds(value: int) -> float:
+    """A comp_t (13-bit mantissa, 3-bit base-8 exponent, in AHZ ticks) as seconds."""
+    return ((value & 0x1FFF) << (3 * ((value >> 13) & 7))) / AHZ
+
+
+def parse(data: bytes) -> list[Process]:
+    """The version 3 records of an accounting file, in the order the kernel wrote them; a trailing partial
+    record (the file read while the kernel writes) and records of another version are left out."""
+    found = []
+    for offset in range(0, len(data) - RECORD.size + 1, RECORD.size):
+        fields = RECORD.unpack_from(data, offset)
+        if fields[1] & 0x7F != VERSION:
+            continue
+        pid, ppid, began, lived, utime, stime = fields[6:12]
+        command = fields[-1].split(b"\0", 1)[0].decode("utf-8", "replace")
+        cpu = comp_seconds(utime) + comp_seconds(stime)
+        found.append(Process(pid, ppid, float(began), lived / AHZ, cpu, command))
+    return found
+
+
+def by_command(processes: Iterable[Process], top: int = 25) -> list[dict[str, Any]]:
+    """CPU seconds and process counts per command name, the costliest first."""
+    cpu: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for p in processes:
+        cpu[p.command] += p.cpu
+        count[p.command] += 1
+    return [
+        {"command": name, "cpu_s": round(value, 1), "processes": count[name]}
+        for name, value in cpu.most_common(top)
+    ]
+
+
+def parents(processes: Sequence[Process]) -> list[Process | None]:
+    """Each process's parent among the records: the process with its parent's PID that was alive when it
+    began (PIDs are reused over a long suite; a second of slack for the records' whole-second start)."""
+    by_pid: dict[int, list[Process]] = defaultdict(list)
+    for p in processes:
+        by_pid[p.pid].append(p)
+
+    def alive_at(candidates: list[Process], when: float) -> Process | None:
+        return next((c for c in candidates if c.start - 1 <= when <= c.start + c.seconds + 1), None)
+
+    return [alive_at(by_pid.get(p.ppid, []), p.start) for p in processes]
+
+
+def by_lineage(processes: Sequence[Process], depth: int = 3, top: int = 25) -> list[dict[str, Any]]:
+    """CPU seconds per command and its ``depth`` nearest ancestors ("ansible-playbook < python < make"): who
+    ran the processes that cost the most. An ancestor without a record (still running when accounting
+    stopped, or begun before) ends the line."""
+    parent_of = dict(zip(map(id, processes), parents(processes), strict=True))
+    cpu: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for p in processes:
+        line = [p.command]
+        up = parent_of[id(p)]
+        while up is not None and len(line) <= depth:
+            line.append(up.command)
+            up = parent_of[id(up)]
+        key = " < ".join(line)
+        cpu[key] += p.cpu
+        count[key] += 1
+    return [
+        {"lineage": name, "cpu_s": round(value, 1), "processes": count[name]}
+        for name, value in cpu.most_common(top)
+    ]
+
+
+def summarize(processes: Sequence[Process], top: int = 25) -> dict[str, Any]:
+    """The accounted CPU in all, by command and by lineage."""
+    return {
+        "cpu_s": round(sum(p.cpu for p in processes), 1),
+        "processes": len(processes),
+        "by_command": by_command(processes, top),
+        "by_lineage": by_lineage(processes, top=top),
+    }
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as text: the total, then a line per command and per lineage."""
+
+    def row(entry: dict[str, Any], key: str) -> str:
+        return f"  {entry['cpu_s']:8.1f} {entry['processes']:7d}  {entry[key]}"
+
+    lines = [f"accounted: {summary['cpu_s']:.0f} CPU s in {summary['processes']} ended processes"]
+    lines += [row(entry, "command") for entry in summary["by_command"]]
+    lines.append("by lineage (command < parent < ...)")
+    lines += [row(entry, "lineage") for entry in summary["by_lineage"]]
+    return "\n".join(lines)
