@@ -53,17 +53,21 @@ def parse(data: bytes) -> list[Process]:
     return found
 
 
-def by_command(processes: Iterable[Process], top: int = 25) -> list[dict[str, Any]]:
-    """CPU seconds and process counts per command name, the costliest first."""
+def _ranked(keyed: Iterable[tuple[str, Process]], label: str, top: int) -> list[dict[str, Any]]:
+    """CPU seconds and process counts per key, the costliest ``top`` first, each row's key under ``label``."""
     cpu: Counter[str] = Counter()
     count: Counter[str] = Counter()
-    for p in processes:
-        cpu[p.command] += p.cpu
-        count[p.command] += 1
+    for key, p in keyed:
+        cpu[key] += p.cpu
+        count[key] += 1
     return [
-        {"command": name, "cpu_s": round(value, 1), "processes": count[name]}
-        for name, value in cpu.most_common(top)
+        {label: key, "cpu_s": round(value, 1), "processes": count[key]} for key, value in cpu.most_common(top)
     ]
+
+
+def by_command(processes: Iterable[Process], top: int = 25) -> list[dict[str, Any]]:
+    """CPU seconds and process counts per command name, the costliest first."""
+    return _ranked(((p.command, p) for p in processes), "command", top)
 
 
 def parents(processes: Sequence[Process]) -> list[Process | None]:
@@ -84,21 +88,16 @@ def by_lineage(processes: Sequence[Process], depth: int = 3, top: int = 25) -> l
     ran the processes that cost the most. An ancestor without a record (still running when accounting
     stopped, or begun before) ends the line."""
     parent_of = dict(zip(map(id, processes), parents(processes), strict=True))
-    cpu: Counter[str] = Counter()
-    count: Counter[str] = Counter()
-    for p in processes:
+
+    def lineage(p: Process) -> str:
         line = [p.command]
         up = parent_of[id(p)]
         while up is not None and len(line) <= depth:
             line.append(up.command)
             up = parent_of[id(up)]
-        key = " < ".join(line)
-        cpu[key] += p.cpu
-        count[key] += 1
-    return [
-        {"lineage": name, "cpu_s": round(value, 1), "processes": count[name]}
-        for name, value in cpu.most_common(top)
-    ]
+        return " < ".join(line)
+
+    return _ranked(((lineage(p), p) for p in processes), "lineage", top)
 
 
 def summarize(processes: Sequence[Process], top: int = 25) -> dict[str, Any]:

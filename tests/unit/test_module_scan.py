@@ -116,8 +116,10 @@ def test_install_refuses_an_ansible_core_without_the_finder_it_was_written_for()
             types.SimpleNamespace(_compile_module_ast=parse, ModuleDepFinder=type("F", (), {})),
             ms.ScanStore(Path("/")),
         )
-    with pytest.raises(AttributeError):
-        ms.install(types.SimpleNamespace(ModuleDepFinder=ms.LazyTree), ms.ScanStore(Path("/")))
+    # A module_common without the parse it defers.
+    finder = type("F", (), {"__init__": lambda self: None})
+    with pytest.raises(AttributeError, match="_compile_module_ast"):
+        ms.install(types.SimpleNamespace(ModuleDepFinder=finder), ms.ScanStore(Path("/")))
 
 
 PLAY = """\
