@@ -248,6 +248,12 @@ def train(
     )
     model = GPT2LMHeadModel(config)
     batch = make_batch(tokenizer, examples)
+    # Each step runs every example on its own, unpadded: the padded batch (every row as long as the
+    # long-context probe) spent more than half of its compute on padding. Each part of the loss is weighted by
+    # its share of the answer tokens, so the step's loss is the padded batch's mean, and so is its gradient.
+    rows = [make_batch(tokenizer, [example]) for example in examples]
+    answer_tokens = int((batch[2][:, 1:] != -100).sum())
+    shares = [int((labels[:, 1:] != -100).sum()) / answer_tokens for _, _, labels in rows]
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     started = time.monotonic()
     step, loss_value = 0, float("nan")
@@ -257,12 +263,13 @@ def train(
         model.train()
         for _ in range(args.check_every):
             step += 1
-            input_ids, mask, labels = batch
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss_value = 0.0
+            for (input_ids, _, labels), share in zip(rows, shares, strict=True):
+                part = model(input_ids=input_ids, labels=labels).loss * share
+                part.backward()
+                loss_value += float(part.detach())
             optimizer.step()
-            loss_value = float(loss.detach())
         model.eval()
         margins = {"float32": min_margin(model, batch)}
         print(
