@@ -65,8 +65,17 @@ PROFILE_CASES = _profile_cases()
 
 
 @pytest.fixture(scope="session")
-def parsed(parser_python: Callable[[str], str], runner: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every check of this file, run with one interpreter start per sglang version."""
+def cli_tables() -> dict[str, dict[str, Any]]:
+    """Each version's flag table as its real parser gives it (extract_cli.py), read by ``parsed``'s runs."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def parsed(
+    parser_python: Callable[[str], str], runner: Any, cli_tables: dict[str, dict[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every check of this file, run with one interpreter start per sglang version, which also reads that
+    version's flag table into ``cli_tables``."""
     plan: dict[str, dict[str, list[str]]] = {v: {} for v in VERSIONS}
     for case_id, version, _, argv in PROFILE_CASES:
         plan[version][case_id] = argv
@@ -77,7 +86,11 @@ def parsed(parser_python: Callable[[str], str], runner: Any) -> dict[tuple[str, 
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for version, checks in plan.items():
         names = sorted(checks)
-        results = run_parser_checks(parser_python(version), [checks[n] for n in names], runner)
+        tables: dict[str, dict[str, Any]] = {}
+        results = run_parser_checks(
+            parser_python(version), [checks[n] for n in names], parser_venvs.extracting_runner(runner, tables)
+        )
+        cli_tables[version] = tables[parser_python(version)]
         for name, result in zip(names, results, strict=True):
             assert result["sglang_version"] == version
             out[(version, name)] = result
@@ -177,9 +190,11 @@ def test_run_parser_check_without_sglang(runner: Any) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_generated_flag_table_is_current(parser_python: Callable[[str], str], version: str) -> None:
+def test_generated_flag_table_is_current(
+    parsed: dict[tuple[str, str], dict[str, Any]], cli_tables: dict[str, dict[str, Any]], version: str
+) -> None:
     """plugins/data/sglang_cli/<version>.json is what the real parser says (regenerate if not)."""
-    fresh = parser_venvs.extract_cli(parser_venvs.Path(parser_python(version)))
+    fresh = cli_tables[version]
     stored = json.loads((DATA_DIR / "sglang_cli" / f"{version}.json").read_text(encoding="utf-8"))
     assert fresh == stored, f"run: .venv/bin/python tests/parser_check/parser_venvs.py regenerate {version}"
     assert load_dialects()[version]["flags"] == stored["flags"]

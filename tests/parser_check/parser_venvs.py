@@ -158,6 +158,33 @@ def subprocess_runner(cmd: list[str], data: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+EXTRACTED = "GLM5_EXTRACTED_CLI "
+# Run first in the parser check's interpreter: extract_cli.py, its JSON on one marker line.
+_EXTRACT_PRELUDE = f"""
+import contextlib as _contextlib, io as _io, json as _json, runpy as _runpy
+_table = _io.StringIO()
+with _contextlib.redirect_stdout(_table):
+    _runpy.run_path({str(EXTRACT)!r}, run_name="__main__")
+print({EXTRACTED!r} + _json.dumps(_json.loads(_table.getvalue())))
+"""
+
+
+def extracting_runner(runner: Runner, tables: dict[str, dict[str, object]]) -> Runner:
+    """``runner`` for module_utils.sglang_parser_check that reads the flag table (extract_cli.py) in the same
+    interpreter first, into ``tables`` by interpreter path: one sglang import instead of two."""
+
+    def run(cmd: list[str], data: str) -> tuple[int, str, str]:
+        python, option, snippet = cmd
+        rc, out, err = runner([python, option, _EXTRACT_PRELUDE + snippet], data)
+        line = next((ln for ln in out.splitlines() if ln.startswith(EXTRACTED)), None)
+        if line is None:
+            raise RuntimeError(f"extract_cli.py failed with {python}:\n{err[-3000:]}")
+        tables[python] = json.loads(line[len(EXTRACTED) :])
+        return rc, out, err
+
+    return run
+
+
 def extract_cli(python: Path) -> dict[str, object]:
     """The flag table of the sglang installed for python (runs extract_cli.py there)."""
     proc = subprocess.run([str(python), str(EXTRACT)], capture_output=True, text=True, check=False)
