@@ -83,21 +83,75 @@ def parents(processes: Sequence[Process]) -> list[Process | None]:
     return [alive_at(by_pid.get(p.ppid, []), p.start) for p in processes]
 
 
-def by_lineage(processes: Sequence[Process], depth: int = 3, top: int = 25) -> list[dict[str, Any]]:
-    """CPU seconds per command and its ``depth`` nearest ancestors ("ansible-playbook < python < make"): who
-    ran the processes that cost the most. An ancestor without a record (still running when accounting
-    stopped, or begun before) ends the line."""
+def ancestors(processes: Sequence[Process], depth: int) -> list[tuple[str, ...]]:
+    """Each process's ``depth`` nearest ancestors' commands, nearest first; an ancestor without a record
+    (still running when accounting stopped, or begun before) ends the line."""
     parent_of = dict(zip(map(id, processes), parents(processes), strict=True))
 
-    def lineage(p: Process) -> str:
-        line = [p.command]
+    def line(p: Process) -> tuple[str, ...]:
+        found: list[str] = []
         up = parent_of[id(p)]
-        while up is not None and len(line) <= depth:
-            line.append(up.command)
+        while up is not None and len(found) < depth:
+            found.append(up.command)
             up = parent_of[id(up)]
-        return " < ".join(line)
+        return tuple(found)
 
-    return _ranked(((lineage(p), p) for p in processes), "lineage", top)
+    return [line(p) for p in processes]
+
+
+def by_lineage(processes: Sequence[Process], depth: int = 3, top: int = 25) -> list[dict[str, Any]]:
+    """CPU seconds per command and its ``depth`` nearest ancestors ("ansible-playbook < python < make"): who
+    ran the processes that cost the most."""
+    lines = ancestors(processes, depth)
+    return _ranked(
+        ((" < ".join((p.command, *line)), p) for p, line in zip(processes, lines, strict=True)),
+        "lineage",
+        top,
+    )
+
+
+# Work that every make test does about as much of, whatever the change: what one of each costs says how fast
+# the host ran that time. Compare these between two runs, not the calibration (the best of five short runs of
+# interpreted Python and hashing): in three fresh runs the same ansible-playbook worker cost 0.027, 0.034 and
+# 0.038 CPU-s while the calibration said 0.33, 0.38 and 0.39 (docs/journal/measurements.md, eighth session).
+# Each kind: a label, its commands, and its nearest ancestors' commands, nearest first; the first that fits.
+Kind = tuple[str, frozenset[str], tuple[str, ...]]
+KINDS: tuple[Kind, ...] = (
+    ("ansible-playbook, a task's worker", frozenset({"ansible-playboo"}), ("ansible-playboo",)),
+    ("ansible-playbook, a run's main process", frozenset({"ansible-playboo"}), ()),
+    ("ansible, an ad-hoc run's worker", frozenset({"ansible"}), ("ansible",)),
+    ("ansible, an ad-hoc run's main process", frozenset({"ansible"}), ()),
+    (
+        "a module on the controller",
+        frozenset({"python", "python3", "python3.11"}),
+        ("sh", "sh", "ansible-playboo"),
+    ),
+    ("a module on a lab host (over ssh)", frozenset({"python3"}), ("sh", "sshd")),
+    ("podman", frozenset({"podman"}), ()),
+)
+
+
+def per_process(processes: Sequence[Process], kinds: Sequence[Kind] = KINDS) -> list[dict[str, Any]]:
+    """For each kind of process that ran: how many, their CPU seconds in all, and per process."""
+    depth = max(len(prefix) for _, _, prefix in kinds)
+    totals: dict[str, list[float]] = {}
+    for p, line in zip(processes, ancestors(processes, depth), strict=True):
+        for label, commands, prefix in kinds:
+            if p.command in commands and line[: len(prefix)] == prefix:
+                total = totals.setdefault(label, [0.0, 0])
+                total[0] += p.cpu
+                total[1] += 1
+                break
+    return [
+        {
+            "kind": label,
+            "processes": int(totals[label][1]),
+            "cpu_s": round(totals[label][0], 1),
+            "per_process": round(totals[label][0] / totals[label][1], 3),
+        }
+        for label, _, _ in kinds
+        if label in totals
+    ]
 
 
 def summarize(processes: Sequence[Process], top: int = 25) -> dict[str, Any]:
@@ -107,6 +161,7 @@ def summarize(processes: Sequence[Process], top: int = 25) -> dict[str, Any]:
         "processes": len(processes),
         "by_command": by_command(processes, top),
         "by_lineage": by_lineage(processes, top=top),
+        "per_process": per_process(processes),
     }
 
 
@@ -120,4 +175,10 @@ def render(summary: dict[str, Any]) -> str:
     lines += [row(entry, "command") for entry in summary["by_command"]]
     lines.append("by lineage (command < parent < ...)")
     lines += [row(entry, "lineage") for entry in summary["by_lineage"]]
+    if summary.get("per_process"):
+        lines.append("per process, work every run does (compare these between runs, not the calibration)")
+        lines += [
+            f"  {entry['per_process']:8.3f} {entry['processes']:7d}  {entry['kind']}"
+            for entry in summary["per_process"]
+        ]
     return "\n".join(lines)

@@ -90,3 +90,30 @@ def test_lineage_names_the_nearest_ancestors_up_to_the_depth() -> None:
     text = pa.render(summary)
     assert text.splitlines()[0] == "accounted: 8 CPU s in 5 ended processes"
     assert "       3.0       2  ansible-playboo < python < make" in text
+
+
+def test_per_process_counts_each_kind_of_work_by_its_command_and_ancestors() -> None:
+    """Workers are told from main processes by their parent, a module's host by its launcher's line; a
+    process of no kind is left out, and a kind that did not run has no row."""
+    make = pa.Process(1, 0, 0.0, 100.0, 0.2, "make")
+    run = pa.Process(2, 1, 1.0, 90.0, 2.0, "ansible-playboo")
+    workers = [pa.Process(10 + i, 2, 2.0 + i, 1.0, 0.03 + 0.01 * i, "ansible-playboo") for i in range(3)]
+    sh_outer = pa.Process(20, 10, 2.0, 0.5, 0.0, "sh")
+    sh_inner = pa.Process(21, 20, 2.0, 0.5, 0.0, "sh")
+    local_module = pa.Process(22, 21, 2.0, 0.5, 0.25, "python3.11")
+    sshd = pa.Process(30, 0, 0.0, 100.0, 0.1, "sshd")
+    sh_node = pa.Process(31, 30, 5.0, 1.0, 0.0, "sh")
+    node_modules = [pa.Process(32 + i, 31, 5.0, 0.5, 0.15, "python3") for i in range(2)]
+    stray = pa.Process(40, 1, 3.0, 1.0, 9.0, "python3")  # no module's line: no kind
+    processes = [make, run, *workers, sh_outer, sh_inner, local_module, sshd, sh_node, *node_modules, stray]
+    rows = pa.per_process(processes)
+    assert rows == [
+        {"kind": "ansible-playbook, a task's worker", "processes": 3, "cpu_s": 0.1, "per_process": 0.04},
+        {"kind": "ansible-playbook, a run's main process", "processes": 1, "cpu_s": 2.0, "per_process": 2.0},
+        {"kind": "a module on the controller", "processes": 1, "cpu_s": 0.2, "per_process": 0.25},
+        {"kind": "a module on a lab host (over ssh)", "processes": 2, "cpu_s": 0.3, "per_process": 0.15},
+    ]
+    text = pa.render(pa.summarize(processes))
+    assert "per process, work every run does (compare these between runs, not the calibration)" in text
+    assert "     0.040       3  ansible-playbook, a task's worker" in text
+    assert "per process" not in pa.render({**pa.summarize(processes), "per_process": []})
