@@ -134,23 +134,26 @@ KINDS: tuple[Kind, ...] = (
 def per_process(processes: Sequence[Process], kinds: Sequence[Kind] = KINDS) -> list[dict[str, Any]]:
     """For each kind of process that ran: how many, their CPU seconds in all, and per process."""
     depth = max(len(prefix) for _, _, prefix in kinds)
-    totals: dict[str, list[float]] = {}
+    # Unrounded sums (not _ranked's rounded rows): a worker's 0.03 CPU-s would lose its second digit.
+    cpu: Counter[str] = Counter()
+    count: Counter[str] = Counter()
     for p, line in zip(processes, ancestors(processes, depth), strict=True):
-        for label, commands, prefix in kinds:
-            if p.command in commands and line[: len(prefix)] == prefix:
-                total = totals.setdefault(label, [0.0, 0])
-                total[0] += p.cpu
-                total[1] += 1
-                break
+        label = next(
+            (k for k, commands, prefix in kinds if p.command in commands and line[: len(prefix)] == prefix),
+            None,
+        )
+        if label is not None:
+            cpu[label] += p.cpu
+            count[label] += 1
     return [
         {
             "kind": label,
-            "processes": int(totals[label][1]),
-            "cpu_s": round(totals[label][0], 1),
-            "per_process": round(totals[label][0] / totals[label][1], 3),
+            "processes": count[label],
+            "cpu_s": round(cpu[label], 1),
+            "per_process": round(cpu[label] / count[label], 3),
         }
         for label, _, _ in kinds
-        if label in totals
+        if count[label]
     ]
 
 
