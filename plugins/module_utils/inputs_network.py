@@ -81,7 +81,9 @@ def port_problems(ports: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     owner: dict[int, str] = {}
     for name, value in ports.items():
-        if isinstance(value, bool) or (not isinstance(value, int) and not str(value).strip().isdigit()):
+        # ASCII digits alone: str.isdigit() also accepts superscripts ('¹'), which int() refuses.
+        digits = str(value).strip().isascii() and str(value).strip().isdigit()
+        if isinstance(value, bool) or (not isinstance(value, int) and not digits):
             problems.append(f"{name} must be a port number (1-65535), got {value!r}")
             continue
         port = int(value)

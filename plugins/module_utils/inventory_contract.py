@@ -190,7 +190,7 @@ def canonical_host(host: Any) -> str:
 
 def _port(value: Any) -> int | str:
     text = str(value).strip()
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def machine_key(name: str, host_vars: Mapping[str, Any]) -> tuple[str, str, int | str | None] | None:

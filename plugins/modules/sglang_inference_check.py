@@ -558,7 +558,7 @@ def scan_unit(module: AnsibleModule, unit: str) -> dict[str, Any]:
         rc, out, err = module.run_command(command)
         props = parse_systemctl_show(out)
         restarts = props.get("NRestarts", "")
-        journal["restarts"] = int(restarts) if restarts.isdigit() else None
+        journal["restarts"] = int(restarts) if restarts.isascii() and restarts.isdigit() else None
         args, journal["scope"] = journal_command(unit, props)
         if rc != 0:
             journal["error"] = f"systemctl show {unit} failed (rc={rc}): {err.strip()[:200]}"

@@ -196,6 +196,11 @@ def test_two_names_that_reach_one_machine_are_refused(first: dict, second: dict)
             {"ansible_host": "127.0.0.1", "ansible_port": 2200},
         ),
         ({"ansible_host": "10.0.0.5"}, {"ansible_host": "10.0.0.6"}),
+        # A port that is not ASCII digits stays text (str.isdigit() accepts "¹", which int() refuses).
+        (
+            {"ansible_host": "10.0.0.5", "ansible_port": "¹"},
+            {"ansible_host": "10.0.0.5", "ansible_port": "1"},
+        ),
         ({"ansible_connection": "local"}, {"ansible_connection": "ansible.builtin.local"}),
         # The lab: ssh carried by podman exec into the container named by ansible_host.
         ({"ansible_host": "glm5-lab-gpu-node-1"}, {"ansible_host": "glm5-lab-gpu-node-2"}),
