@@ -807,11 +807,13 @@ def fleet_of(count: int, special: dict[str, str]) -> dict[str, str]:
     return modes
 
 
+@pytest.mark.timing
 def test_a_hanging_replica_delays_no_other_verdict_at_fleet_scale(fleet: Fleet, tmp_path: Path) -> None:
     """128 replicas, one hanging until its timeout, one poisoned: the poisoned one is out within K + 1
     intervals (its K verdicts, plus one interval of slack for the first round's 128 checks at once), well
-    before the hanging check's timeout ends. The interval is 5 s: at 3 s, the first round's 128 checks took
-    the whole slack and more in make test, where this suite runs at a low CPU weight beside the lab's."""
+    before the hanging check's timeout ends. A timing test (marker timing): make unit runs it at the ordinary
+    CPU weight. At the low weight the rest of the suite runs at in make test (beside the lab's), the first
+    round's 128 checks took the whole slack and more, at a 3-s interval and once at 5 s."""
     interval = 5.0
     modes = fleet_of(128, {"r010": "hang", "r020": "nan"})
     fleet.start(modes)
@@ -839,13 +841,15 @@ def test_a_hanging_replica_delays_no_other_verdict_at_fleet_scale(fleet: Fleet, 
     assert len(journal.find(f"verdict replica={poisoned} result=fail")) == guard.config.fail_after
 
 
+@pytest.mark.timing
 def test_127_of_128_failing_are_taken_out_at_most_the_cap_per_interval(fleet: Fleet, tmp_path: Path) -> None:
     """127 replicas answer HTTP 500 (not degenerate: the cap applies), one is healthy. At most the cap (half
     the fleet, 64) goes out per interval, each one held in by the cap alerts, and the healthy one stays. The
     interval is 10 s: the guard spreads each round's 128 checks over an interval, so the 65th second failure
     comes about half an interval after the first, and the cap holds a replica in only while that stays under
-    one interval. At 2 s that left a second for a starved CPU's delays (make test runs this suite at a low CPU
-    weight beside the lab's), and a rehearsal waited 60 s for the cap's line in vain; 10 s leaves five."""
+    one interval. At 2 s that left a second for a starved CPU's delays (make test runs the unit suite at a low
+    CPU weight beside the lab's), and a rehearsal waited 60 s for the cap's line in vain; 10 s leaves five. A
+    timing test (marker timing): make unit runs it at the ordinary CPU weight."""
     interval = 10.0
     modes = fleet_of(128, {f"r{number:03d}": "error" for number in range(1, 128)})
     fleet.start(modes)
