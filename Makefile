@@ -170,9 +170,9 @@ lint-collection: collection-install
 sanity: collection ## ansible-test sanity (ansible-core's pin, Python 3.11) on the collection's artifact.
 	lab/bin/ansible-test-sanity $(COLLECTION_DIR)/glm5-deploy-*.tar.gz
 
-# The tests that assert a timing promise (marker timing: the guard's verdicts at 128 replicas) run at the
-# machine's ordinary CPU weight (lab/bin/foreground): in make test the checks half runs in the background of the
-# CPU, where a starved runner missed the promise's seconds, not the guard.
+# The tests that assert seconds (marker timing: the guard's reactions, at 128 replicas too, and the load
+# generator's pace) run at the machine's ordinary CPU weight (lab/bin/foreground): in make test the checks half
+# runs in the background of the CPU, where a starved runner missed the promise's seconds, not the guard.
 unit: venv ## pytest: unit tests of plugins/ (python_plugins/) and the lab stand-ins.
 	$(BIN)/python -m pytest tests/unit -q -m 'not timing'
 	lab/bin/foreground $(BIN)/python -m pytest tests/unit -q -m timing

@@ -728,6 +728,7 @@ def test_next_tick_stays_on_the_grid(previous: float, now: float, expected: tupl
     assert GUARD.next_tick(previous, 60.0, now) == expected
 
 
+@pytest.mark.timing
 def test_run_forever_stops_promptly(fleet: Fleet, tmp_path: Path) -> None:
     guard = start_guard(fleet, tmp_path, {"gpu-a": "healthy"}, interval=30, quiet=True)
     thread = threading.Thread(target=guard.run_forever, daemon=True)
@@ -742,6 +743,7 @@ def test_run_forever_stops_promptly(fleet: Fleet, tmp_path: Path) -> None:
     assert fleet.count("POST", "/gpu-a/v1/chat/completions") == 2  # one cycle, not a busy loop
 
 
+@pytest.mark.timing
 def test_a_stop_during_slow_probes_abandons_the_cycle(fleet: Fleet, tmp_path: Path) -> None:
     guard = start_guard(fleet, tmp_path, {"gpu-a": "slow"}, quiet=True)
     threading.Timer(0.3, guard.stop.set).start()
@@ -902,6 +904,7 @@ def test_127_of_128_failing_are_taken_out_at_most_the_cap_per_interval(fleet: Fl
     assert alerts and all("the removal cap is reached (64 per interval of 128 replicas)" in a for a in alerts)
 
 
+@pytest.mark.timing
 def test_a_replica_the_router_reports_unhealthy_goes_out_at_once_and_back_only_after_m_passes(
     fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -1127,6 +1130,7 @@ def test_timeout_is_described_as_the_module_does(fleet: Fleet, capsys: pytest.Ca
         assert len(failures) == 1 and re.fullmatch(words, failures[0]), failures
 
 
+@pytest.mark.timing
 def test_a_trickling_replica_cannot_hold_the_guard(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
     """A replica that sends a byte every 0.1 s never trips a socket timeout; the deadline stops it."""
     fleet.modes["eq"] = "trickle"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chat_server import JsonHandler, serving
 from chat_server import no_proxy as no_proxy  # the autouse fixture: no proxy in this file
 from sglang_captures import load
@@ -42,6 +43,7 @@ def loadgen(url: str, tmp_path: Path, *args: str) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+@pytest.mark.timing
 def test_rate_paces_the_requests(tmp_path: Path) -> None:
     with serving(router(FOUR)) as url:
         paced = loadgen(url, tmp_path, "--rate", "10", "--max-seconds", "1.5")
